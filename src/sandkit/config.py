@@ -1,0 +1,163 @@
+"""Settings: one YAML file plus `SANDKIT_*` environment variables.
+
+Every cap has a hard ceiling enforced at load time, so a typo in a config
+file cannot turn a bounded tool into an unbounded one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from .runtime.limits import KIB, MIB, Limits
+from .runtime.pathmap import RESERVED_PREFIXES, normalize_virtual, overlaps
+
+GIB = 1024 * MIB
+CONFIG_ENV = "SANDKIT_CONFIG"
+DEFAULT_CONFIG_FILE = "sandkit.yaml"
+
+# Credential variables never handed to sandboxed commands unless passed explicitly.
+DEFAULT_SCRUBBED_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_CLIENT_SECRET",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GITHUB_TOKEN",
+    "GH_TOKEN",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "E2B_API_KEY",
+    "HF_TOKEN",
+    "KUBECONFIG",
+    "DOCKER_AUTH_CONFIG",
+)
+
+
+def default_data_root() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
+    return Path(base) / "sandkit"
+
+
+class LimitsSettings(BaseModel):
+    """Configurable caps; `le=` is the hard ceiling no config can exceed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    read_max_lines: int = Field(2000, ge=1, le=20_000)
+    read_max_bytes: int = Field(256 * KIB, ge=1 * KIB, le=4 * MIB)
+    write_max_bytes: int = Field(10 * MIB, ge=1, le=1 * GIB)
+    transfer_max_bytes: int = Field(64 * MIB, ge=1, le=1 * GIB)
+    list_max_entries: int = Field(1000, ge=1, le=10_000)
+    list_max_depth: int = Field(10, ge=1, le=50)
+    glob_default_results: int = Field(200, ge=1, le=1000)
+    glob_max_results: int = Field(1000, ge=1, le=1000)
+    grep_default_results: int = Field(100, ge=1, le=500)
+    grep_max_results: int = Field(500, ge=1, le=500)
+    grep_max_file_bytes: int = Field(10 * MIB, ge=1, le=1 * GIB)
+    grep_line_chars: int = Field(200, ge=20, le=2000)
+    grep_max_context: int = Field(20, ge=0, le=100)
+    search_timeout_s: float = Field(30.0, gt=0, le=600)
+    exec_default_timeout_s: float = Field(120.0, gt=0, le=86_400)
+    exec_max_timeout_s: float = Field(3600.0, gt=0, le=86_400)
+    exec_output_bytes: int = Field(64 * KIB, ge=1 * KIB, le=16 * MIB)
+
+    @model_validator(mode="after")
+    def _defaults_below_ceilings(self) -> LimitsSettings:
+        if self.glob_default_results > self.glob_max_results:
+            raise ValueError("glob_default_results must be <= glob_max_results")
+        if self.grep_default_results > self.grep_max_results:
+            raise ValueError("grep_default_results must be <= grep_max_results")
+        if self.exec_default_timeout_s > self.exec_max_timeout_s:
+            raise ValueError("exec_default_timeout_s must be <= exec_max_timeout_s")
+        return self
+
+    def to_limits(self) -> Limits:
+        return Limits(**self.model_dump())
+
+
+class MountSpec(BaseModel):
+    """A custom mount: host directory `host` seen by the agent at `virtual`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    virtual: str
+    host: Path
+    read_only: bool = True
+
+    @field_validator("virtual")
+    @classmethod
+    def _virtual_ok(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("virtual mount path must be absolute")
+        normal = normalize_virtual(value)
+        if normal == "/":
+            raise ValueError("cannot mount over /")
+        for reserved in RESERVED_PREFIXES:
+            if overlaps(normal, reserved):
+                raise ValueError(f"{normal} overlaps the reserved prefix {reserved}")
+        return normal
+
+
+class Settings(BaseSettings):
+    """Everything an operator configures; providers read their own section."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SANDKIT_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    provider: str = "local"
+    data_root: Path = Field(default_factory=default_data_root)
+    skills_dir: Path | None = None
+    uploads_read_only: bool = True
+    mounts: list[MountSpec] = Field(default_factory=list)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    execute_enabled: bool = Field(
+        False, description="Local provider only: commands run on the host, so off by default."
+    )
+    secrets: list[SecretStr] = Field(default_factory=list)
+    scrubbed_env: list[str] = Field(default_factory=lambda: list(DEFAULT_SCRUBBED_ENV))
+    idle_timeout_s: float = Field(1800.0, gt=0)
+    providers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Per-provider options, e.g. providers.docker.image."
+    )
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts_disjoint(cls, mounts: list[MountSpec]) -> list[MountSpec]:
+        for i, a in enumerate(mounts):
+            for b in mounts[i + 1 :]:
+                if overlaps(a.virtual, b.virtual):
+                    raise ValueError(f"mounts {a.virtual} and {b.virtual} overlap")
+        return mounts
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        yaml_file = os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_FILE
+        return (
+            init_settings,
+            env_settings,
+            YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file),
+        )
+
+    def secret_values(self) -> tuple[str, ...]:
+        return tuple(s.get_secret_value() for s in self.secrets if s.get_secret_value())
+
+    def provider_options(self, name: str) -> dict[str, Any]:
+        return dict(self.providers.get(name, {}))

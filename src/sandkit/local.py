@@ -1,0 +1,103 @@
+"""The embedded default: thread directories on this host, operations in-process.
+
+No isolation beyond the path jail, which is why `execute` (a host shell) is
+off until the operator turns it on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .calling import CallingSandbox
+from .config import Settings
+from .errors import ErrorCode, SandboxError
+from .paths import ThreadLayout
+from .provider import SandboxKey, SandboxProvider
+from .runtime.context import Context
+from .runtime.search import find_rg
+from .runtime.service import Runtime
+
+
+class LocalSandbox(CallingSandbox):
+    """Runs the shared runtime in this process against the thread's host dirs."""
+
+    def __init__(self, key: SandboxKey, runtime: Runtime) -> None:
+        self.key = key
+        self.sandbox_id = key.sandbox_id
+        self.runtime = runtime
+        self.last_used = time.monotonic()
+        self._closed = False
+
+    def call(self, method: str, params: dict[str, Any]) -> Any:
+        if self._closed:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE, f"sandbox {self.sandbox_id} was released; acquire it again"
+            )
+        self.last_used = time.monotonic()
+        return self.runtime.call(method, params)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def build_context(settings: Settings, layout: ThreadLayout, rg_path: str | None) -> Context:
+    return Context(
+        mapping=layout.host_mapping(),
+        limits=settings.limits.to_limits(),
+        rg_path=rg_path,
+        execute_enabled=settings.execute_enabled,
+        secrets=settings.secret_values(),
+        scrubbed_env=tuple(settings.scrubbed_env),
+    )
+
+
+class LocalProvider(SandboxProvider):
+    name = "local"
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self._rg_path = find_rg()
+        self._lock = threading.Lock()
+        self._active: dict[SandboxKey, LocalSandbox] = {}
+
+    def acquire(self, key: SandboxKey) -> LocalSandbox:
+        with self._lock:
+            sandbox = self._active.get(key)
+            if sandbox is None:
+                layout = ThreadLayout.for_key(self.settings, key)
+                layout.create_dirs()
+                context = build_context(self.settings, layout, self._rg_path)
+                sandbox = LocalSandbox(key, Runtime(context))
+                self._active[key] = sandbox
+            sandbox.last_used = time.monotonic()
+            return sandbox
+
+    def get(self, key: SandboxKey) -> LocalSandbox | None:
+        with self._lock:
+            return self._active.get(key)
+
+    def release(self, key: SandboxKey) -> None:
+        with self._lock:
+            sandbox = self._active.pop(key, None)
+        if sandbox is not None:
+            sandbox.close()
+
+    def destroy(self, key: SandboxKey) -> None:
+        self.release(key)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            sandboxes = list(self._active.values())
+            self._active.clear()
+        for sandbox in sandboxes:
+            sandbox.close()
+
+    def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
+        cutoff = time.monotonic() - max_idle_s
+        with self._lock:
+            idle = [k for k, s in self._active.items() if s.last_used < cutoff]
+        for key in idle:
+            self.release(key)
+        return idle

@@ -1,0 +1,87 @@
+"""The virtual layout of a thread and where it lives on the host.
+
+`PathMapping` itself is in the stdlib-only runtime (it runs in containers
+too); this module knows the host data layout and builds mappings from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from .config import Settings
+from .provider import SandboxKey
+from .runtime.pathmap import (
+    OUTPUTS,
+    SKILLS,
+    UPLOADS,
+    USER_DATA,
+    WORKSPACE,
+    Mount,
+    PathMapping,
+)
+
+__all__ = [
+    "OUTPUTS",
+    "SKILLS",
+    "UPLOADS",
+    "USER_DATA",
+    "WORKSPACE",
+    "Mount",
+    "PathMapping",
+    "ThreadLayout",
+]
+
+USER_DATA_DIRS = ("workspace", "uploads", "outputs")
+
+
+@dataclasses.dataclass(frozen=True)
+class ThreadLayout:
+    """Host directories and mounts of one (user, thread)."""
+
+    data_root: Path
+    key: SandboxKey
+    mounts: tuple[Mount, ...]
+
+    @classmethod
+    def for_key(cls, settings: Settings, key: SandboxKey) -> ThreadLayout:
+        root = settings.data_root.expanduser().absolute()
+        user_data = root / "users" / key.user_id / "threads" / key.thread_id / "user-data"
+        mounts = [
+            Mount(WORKSPACE, str(user_data / "workspace"), False),
+            Mount(UPLOADS, str(user_data / "uploads"), settings.uploads_read_only),
+            Mount(OUTPUTS, str(user_data / "outputs"), False),
+        ]
+        if settings.skills_dir is not None:
+            mounts.append(Mount(SKILLS, str(settings.skills_dir.expanduser().absolute()), True))
+        mounts += [
+            Mount(m.virtual, str(m.host.expanduser().absolute()), m.read_only)
+            for m in settings.mounts
+        ]
+        return cls(root, key, tuple(mounts))
+
+    @property
+    def user_data_dir(self) -> Path:
+        return (
+            self.data_root
+            / "users"
+            / self.key.user_id
+            / "threads"
+            / self.key.thread_id
+            / "user-data"
+        )
+
+    def create_dirs(self) -> None:
+        """Create the thread's own directories (not shared skills or custom mounts)."""
+        for name in USER_DATA_DIRS:
+            (self.user_data_dir / name).mkdir(parents=True, exist_ok=True)
+
+    def host_mapping(self) -> PathMapping:
+        """Mapping for operations run on this host (local provider)."""
+        return PathMapping(self.mounts, WORKSPACE, hidden_roots=(str(self.data_root),))
+
+    def identity_mapping(self) -> PathMapping:
+        """Mapping for a box where each mount sits at its virtual path."""
+        return PathMapping(
+            [Mount(m.virtual, m.virtual, m.read_only) for m in self.mounts], WORKSPACE
+        )

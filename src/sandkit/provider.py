@@ -1,0 +1,121 @@
+"""Deployment side of the contract: who owns which box, and how to get it.
+
+`SandboxProvider` decides where a `SandboxKey`'s sandbox runs; providers are
+plugins found through the `sandkit.providers` entry-point group.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import re
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from .errors import ErrorCode, SandboxError
+from .sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from .config import Settings
+
+ENTRY_POINT_GROUP = "sandkit.providers"
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_id(kind: str, value: object) -> str:
+    if not isinstance(value, str) or not _ID_RE.fullmatch(value) or value in (".", ".."):
+        raise SandboxError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{kind} must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}: {value!r}"[:300],
+        )
+    return value
+
+
+class SandboxKey(BaseModel):
+    """Who a sandbox belongs to; two users with one thread id never share."""
+
+    model_config = ConfigDict(frozen=True)
+
+    user_id: str
+    thread_id: str
+
+    def __init__(self, user_id: str, thread_id: str) -> None:
+        # Checked here so a bad id is a SandboxError, not a pydantic ValidationError.
+        check_id("user_id", user_id)
+        check_id("thread_id", thread_id)
+        super().__init__(user_id=user_id, thread_id=thread_id)
+
+    @field_validator("user_id", "thread_id", mode="before")
+    @classmethod
+    def _valid_id(cls, value: object) -> str:
+        try:
+            return check_id("id", value)
+        except SandboxError as exc:
+            raise ValueError(exc.message) from None
+
+    @property
+    def sandbox_id(self) -> str:
+        """`sk-` + 20 hex of sha256(user NUL thread): stable and a DNS-1123 label."""
+        digest = hashlib.sha256(f"{self.user_id}\0{self.thread_id}".encode()).hexdigest()
+        return "sk-" + digest[:20]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}/{self.thread_id}"
+
+
+class SandboxProvider(abc.ABC):
+    """Starts, finds, stops and removes sandboxes for keys."""
+
+    name: str
+
+    @abc.abstractmethod
+    def acquire(self, key: SandboxKey) -> Sandbox:
+        """Return the key's running sandbox, creating or restarting it; idempotent."""
+
+    @abc.abstractmethod
+    def get(self, key: SandboxKey) -> Sandbox | None:
+        """The key's sandbox if it is running, without creating one."""
+
+    @abc.abstractmethod
+    def release(self, key: SandboxKey) -> None:
+        """Stop the box, keep the thread's data; the next acquire resumes it."""
+
+    @abc.abstractmethod
+    def destroy(self, key: SandboxKey) -> None:
+        """Remove the box; thread data on the host survives."""
+
+    @abc.abstractmethod
+    def shutdown(self) -> None:
+        """Leave nothing of ours running."""
+
+    def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
+        """Release sandboxes unused for longer than `max_idle_s`; returns their keys."""
+        return []
+
+    def __enter__(self) -> SandboxProvider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def available_providers() -> dict[str, Any]:
+    """Installed providers by name (entry points, not yet loaded)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def create_provider(name: str, settings: Settings | None = None) -> SandboxProvider:
+    """Instantiate a provider by its registered name with the given settings."""
+    from .config import Settings
+
+    found = available_providers()
+    if name not in found:
+        known = ", ".join(sorted(found)) or "none"
+        raise SandboxError(
+            ErrorCode.INVALID_ARGUMENT, f"unknown provider {name!r} (installed: {known})"
+        )
+    factory = found[name].load()
+    provider: SandboxProvider = factory(settings or Settings())
+    return provider

@@ -1,0 +1,22 @@
+"""What every runtime operation needs: the jail, the bounds, the tools found."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Tuple
+
+from .limits import Limits
+from .pathmap import PathMapping
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    mapping: PathMapping
+    limits: Limits = dataclasses.field(default_factory=Limits)
+    # Path to a ripgrep binary, or None to use the pure-Python engine only.
+    rg_path: Optional[str] = None
+    execute_enabled: bool = False
+    # Values replaced by "[REDACTED]" in command output.
+    secrets: Tuple[str, ...] = ()
+    # Environment variable names never passed to commands unless asked for.
+    scrubbed_env: Tuple[str, ...] = ()

@@ -1,0 +1,67 @@
+"""The one ignore set shared by list_dir, glob and grep (both engines).
+
+Rule: the set applies to entries *below* the directory an operation was
+asked about, never to that directory itself, so an agent that names
+`node_modules/pkg` explicitly still gets an answer.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import FrozenSet, Tuple
+
+IGNORED_DIRS: FrozenSet[str] = frozenset(
+    {
+        # version control
+        ".git",
+        ".hg",
+        ".svn",
+        ".bzr",
+        "_darcs",
+        "CVS",
+        # dependencies and virtual environments
+        "node_modules",
+        "bower_components",
+        ".venv",
+        "venv",
+        ".tox",
+        ".nox",
+        "__pypackages__",
+        ".eggs",
+        # caches
+        "__pycache__",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        ".cache",
+        ".gradle",
+        ".parcel-cache",
+        ".turbo",
+        # build output
+        "build",
+        "dist",
+        "target",
+        ".next",
+        ".nuxt",
+        "htmlcov",
+    }
+)
+IGNORED_DIR_GLOBS: Tuple[str, ...] = ("*.egg-info",)
+IGNORED_FILE_GLOBS: Tuple[str, ...] = ("*.pyc", "*.pyo", ".DS_Store", "Thumbs.db")
+
+
+def is_ignored_dir(name: str) -> bool:
+    return name in IGNORED_DIRS or any(fnmatch.fnmatchcase(name, g) for g in IGNORED_DIR_GLOBS)
+
+
+def is_ignored_file(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, g) for g in IGNORED_FILE_GLOBS)
+
+
+def rg_ignore_globs() -> Tuple[str, ...]:
+    """The same set as ripgrep `--glob` negations."""
+    globs = ["!" + d + "/" for d in sorted(IGNORED_DIRS)]
+    globs += ["!" + g + "/" for g in IGNORED_DIR_GLOBS]
+    globs += ["!" + g for g in IGNORED_FILE_GLOBS]
+    return tuple(globs)

@@ -1,0 +1,43 @@
+"""Per-call bounds the runtime enforces.
+
+A plain dataclass (stdlib only) so the same numbers can be shipped to an
+in-sandbox agent as JSON. The host-side settings clamp every value to its
+hard ceiling before a `Limits` is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    read_max_lines: int = 2000
+    read_max_bytes: int = 256 * KIB
+    write_max_bytes: int = 10 * MIB
+    transfer_max_bytes: int = 64 * MIB
+    list_max_entries: int = 1000
+    list_max_depth: int = 10
+    glob_default_results: int = 200
+    glob_max_results: int = 1000
+    grep_default_results: int = 100
+    grep_max_results: int = 500
+    grep_max_file_bytes: int = 10 * MIB
+    grep_line_chars: int = 200
+    grep_max_context: int = 20
+    search_timeout_s: float = 30.0
+    exec_default_timeout_s: float = 120.0
+    exec_max_timeout_s: float = 3600.0
+    exec_output_bytes: int = 64 * KIB
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Limits":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

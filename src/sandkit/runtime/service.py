@@ -1,0 +1,86 @@
+"""One entry point for every operation: `Runtime.call(method, params)`.
+
+The local provider calls it in-process and the agent calls it for each
+JSON-RPC request, so argument checking, jail and results are shared code.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Dict, Mapping
+
+from . import fileops, process, search
+from .context import Context
+from .errors import ErrorCode, SandboxError
+
+OPERATIONS: Dict[str, Callable[..., Any]] = {
+    "read_file": fileops.read_file,
+    "write_file": fileops.write_file,
+    "edit_file": fileops.edit_file,
+    "read_bytes": fileops.read_bytes,
+    "write_bytes": fileops.write_bytes,
+    "list_dir": fileops.list_dir,
+    "glob": search.glob,
+    "grep": search.grep,
+    "execute": process.execute,
+}
+
+_PARAMETERS = {
+    name: frozenset(list(inspect.signature(fn).parameters)[1:]) for name, fn in OPERATIONS.items()
+}
+
+
+class Runtime:
+    """Runs operations against the files of one sandbox."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+
+    def call(self, method: str, params: Mapping[str, Any]) -> Any:
+        operation = OPERATIONS.get(method)
+        if operation is None:
+            raise SandboxError(ErrorCode.INVALID_ARGUMENT, "unknown operation %r" % method)
+        if not isinstance(params, Mapping):
+            raise SandboxError(ErrorCode.INVALID_ARGUMENT, "params must be an object")
+        unknown = set(params) - _PARAMETERS[method]
+        if unknown:
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT,
+                "%s got unknown argument(s): %s" % (method, ", ".join(sorted(unknown))),
+            )
+        try:
+            return operation(self.context, **params)
+        except SandboxError as exc:
+            raise SandboxError(exc.code, self.context.mapping.mask(exc.message)) from None
+        except TypeError as exc:
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT, self.context.mapping.mask(str(exc))
+            ) from None
+        except MemoryError:
+            raise SandboxError(ErrorCode.TOO_LARGE, "%s ran out of memory" % method) from None
+        except OSError as exc:
+            raise os_error(self.context, exc) from None
+
+
+def os_error(context: Context, exc: OSError) -> SandboxError:
+    """Last-resort classification of an OSError that an operation did not map."""
+    import errno
+
+    by_errno = {
+        errno.ENOENT: ErrorCode.NOT_FOUND,
+        errno.ENOTDIR: ErrorCode.NOT_A_DIRECTORY,
+        errno.EISDIR: ErrorCode.IS_A_DIRECTORY,
+        errno.EACCES: ErrorCode.ACCESS_DENIED,
+        errno.EPERM: ErrorCode.ACCESS_DENIED,
+        errno.EROFS: ErrorCode.READ_ONLY,
+        errno.ENOSPC: ErrorCode.TOO_LARGE,
+        errno.EDQUOT: ErrorCode.TOO_LARGE,
+        errno.EFBIG: ErrorCode.TOO_LARGE,
+        errno.ENAMETOOLONG: ErrorCode.INVALID_ARGUMENT,
+        errno.ELOOP: ErrorCode.ACCESS_DENIED,
+    }
+    code = by_errno.get(exc.errno or 0, ErrorCode.INTERNAL)
+    text = exc.strerror or str(exc)
+    if exc.filename is not None:
+        text = "%s: %s" % (context.mapping.to_virtual(str(exc.filename)), text)
+    return SandboxError(code, context.mapping.mask(text))
