@@ -1,0 +1,81 @@
+"""The `sandkit` command: typer app, global options, command registration."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from . import commands
+from .providers import providers
+from .session import (
+    AllowExecuteOpt,
+    ConfigOpt,
+    DataRootOpt,
+    GlobalOptions,
+    JsonOpt,
+    ProviderOpt,
+    Session,
+    ThreadOpt,
+    UserOpt,
+    sandbox_command,
+)
+
+app = typer.Typer(
+    name="sandkit",
+    help="Work with sandkit sandboxes from a terminal: files, search and commands "
+    "on virtual paths (/mnt/user-data/...), per user and thread.",
+    no_args_is_help=True,
+    add_completion=False,
+    # Locals in tracebacks could show configured secrets.
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    provider: ProviderOpt = None,
+    user: UserOpt = None,
+    thread: ThreadOpt = None,
+    config: ConfigOpt = None,
+    data_root: DataRootOpt = None,
+    allow_execute: AllowExecuteOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Global options may come before the command or after it."""
+    ctx.obj = GlobalOptions(
+        provider=provider,
+        user=user,
+        thread=thread,
+        config=config,
+        data_root=data_root,
+        allow_execute=allow_execute,
+        json=json,
+    )
+
+
+app.command("ls")(sandbox_command(commands.ls))
+app.command("read")(sandbox_command(commands.read))
+app.command("write")(sandbox_command(commands.write))
+app.command("edit")(sandbox_command(commands.edit))
+app.command("glob")(sandbox_command(commands.glob))
+app.command("grep")(sandbox_command(commands.grep))
+app.command("exec")(sandbox_command(commands.exec_))
+app.command("providers")(sandbox_command(providers))
+
+
+def _demo(
+    session: Session,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the temporary data root to explore it.")
+    ] = False,
+) -> int:
+    """Run the README's tour on the local provider: write, ls, glob, grep, read, edit."""
+    from ..demo import run_demo  # imported on use: keeps other commands' start-up lean
+
+    return run_demo(session, keep=keep)
+
+
+app.command("demo")(sandbox_command(_demo))
