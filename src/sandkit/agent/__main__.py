@@ -1,0 +1,130 @@
+"""Command line of the agent.
+
+    python3 agent.pyz --stdio
+    python3 agent.pyz --http HOST:PORT --config PATH [--token-file PATH] [--keep-files]
+
+Exit codes: 0 done, 2 bad usage, 3 the interpreter lacks a needed
+standard-library module (or is older than 3.9), 4 bad config or no token.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Not `typing.TYPE_CHECKING`: nothing but builtins may load before the check.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
+EXIT_MISSING_STDLIB = 3
+EXIT_BAD_CONFIG = 4
+TOKEN_ENV = "SANDKIT_AGENT_TOKEN"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    from .preflight import error_frame, missing_module, problem
+
+    trouble = problem()
+    if trouble is None:
+        try:
+            from ..runtime import service  # noqa: F401
+            from . import server  # noqa: F401 - import check of the agent itself
+        except ImportError as exc:
+            if not getattr(exc, "name", None):
+                raise
+            trouble = missing_module(str(exc.name))
+    if trouble is not None:
+        sys.stderr.write("sandkit-agent: %s\n" % trouble)
+        sys.stderr.flush()
+        if "--stdio" in args:
+            # Said on the protocol channel too: with only stdout reaching the
+            # client, this is how the reason shows up in its UNAVAILABLE error.
+            os.write(1, error_frame(trouble))
+        return EXIT_MISSING_STDLIB
+    return _run(args)
+
+
+def _run(args: list[str]) -> int:
+    import argparse
+
+    from . import AGENT_VERSION
+
+    parser = argparse.ArgumentParser(prog="agent.pyz", description="sandkit in-sandbox agent")
+    carrier = parser.add_mutually_exclusive_group(required=True)
+    carrier.add_argument("--stdio", action="store_true", help="serve JSON-RPC on stdin/stdout")
+    carrier.add_argument("--http", metavar="HOST:PORT", help="serve JSON-RPC on POST /rpc")
+    carrier.add_argument("--version", action="version", version=AGENT_VERSION)
+    parser.add_argument("--config", metavar="PATH", help="HTTP: JSON config (agent_config)")
+    parser.add_argument(
+        "--token-file", metavar="PATH", help="HTTP: bearer token (default: $%s)" % TOKEN_ENV
+    )
+    parser.add_argument(
+        "--keep-files",
+        action="store_true",
+        help="HTTP: do not delete --config and --token-file after reading them",
+    )
+    parser.add_argument("--workers", type=int, default=8, help="concurrent operations (8)")
+    options = parser.parse_args(args)
+    if options.workers < 1:
+        parser.error("--workers must be >= 1")
+    if options.stdio:
+        if options.config or options.token_file:
+            parser.error("--config and --token-file are for --http; stdio gets initialize")
+        from .stdio_carrier import serve_stdio
+
+        return serve_stdio(options.workers)
+    return _serve_http(parser, options)
+
+
+def _serve_http(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from .http_carrier import serve_http
+    from .server import AgentCore, log
+
+    host, _, port_text = options.http.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port_text.isdigit():
+        parser.error("--http takes HOST:PORT, e.g. 0.0.0.0:8765")
+    if not options.config:
+        parser.error("--http needs --config PATH")
+    # Taken out of the environment before any command can inherit it.
+    token = os.environ.pop(TOKEN_ENV, "")
+    try:
+        if options.token_file:
+            token = _read_file(options.token_file, options.keep_files).strip()
+        if not token:
+            log("no token, no service: set $%s or pass --token-file" % TOKEN_ENV)
+            return EXIT_BAD_CONFIG
+        import json
+
+        from .protocol import context_from_config
+
+        config = json.loads(_read_file(options.config, options.keep_files))
+        core = AgentCore(context_from_config(config), allow_initialize=False)
+        return serve_http(core, host, int(port_text), token, options.workers)
+    except (OSError, ValueError) as exc:
+        log("cannot start: %s" % exc)
+        return EXIT_BAD_CONFIG
+    except Exception as exc:  # SandboxError from a bad config
+        if type(exc).__name__ != "SandboxError":
+            raise
+        log("invalid --config: %s" % exc)
+        return EXIT_BAD_CONFIG
+
+
+def _read_file(path: str, keep: bool) -> str:
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    if not keep:
+        # Read once, then gone: commands in the box run as the same user
+        # and could otherwise read the token and the secrets.
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            sys.stderr.write("sandkit-agent: could not delete %s: %s\n" % (path, exc))
+    return text
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Startup check that the interpreter has the standard library the agent needs.
+
+Imports nothing beyond builtins at module level: it must run (and explain)
+on a python3 that lacks `json`, such as Debian's python3-minimal.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# Everything the agent and the runtime import from the standard library.
+REQUIRED = (
+    "argparse",
+    "base64",
+    "binascii",
+    "codecs",
+    "concurrent.futures",
+    "dataclasses",
+    "enum",
+    "errno",
+    "fnmatch",
+    "hmac",
+    "http.server",
+    "inspect",
+    "json",
+    "os",
+    "platform",
+    "posixpath",
+    "re",
+    "select",
+    "shutil",
+    "signal",
+    "socketserver",
+    "stat",
+    "subprocess",
+    "tempfile",
+    "threading",
+    "time",
+    "traceback",
+    "typing",
+)
+MIN_PYTHON = (3, 9)
+
+
+def problem() -> str | None:
+    """A sentence saying what is missing, or None when all is there."""
+    if sys.version_info < MIN_PYTHON:
+        return "the sandkit agent needs python3 >= %d.%d; %s is %s" % (
+            MIN_PYTHON[0],
+            MIN_PYTHON[1],
+            sys.executable or "python3",
+            sys.version.split()[0],
+        )
+    import importlib
+
+    for name in REQUIRED:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return missing_module(name)
+    return None
+
+
+def missing_module(name: str) -> str:
+    return (
+        "the sandkit agent needs the standard-library module %r, which %s (python %s) lacks;"
+        " install the full python3 package (Debian's python3-minimal has no json)"
+        % (name, sys.executable or "python3", sys.version.split()[0])
+    )
+
+
+def error_frame(message: str) -> bytes:
+    """A JSON-RPC error frame built without the json module."""
+    text = "".join(
+        c if (" " <= c < "\x7f" and c not in '"\\') else "\\u%04x" % ord(c) for c in message
+    )
+    return (
+        '{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"%s",'
+        '"data":{"code":"UNAVAILABLE","message":"%s"}}}\n' % (text, text)
+    ).encode("ascii")

@@ -1,0 +1,272 @@
+"""Carrier-independent request handling: one JSON-RPC message in, one out.
+
+The stdio and HTTP carriers only move bytes; checking requests, the
+`initialize` handshake, dispatching to the shared `Runtime` and turning
+every failure into a JSON-RPC error with a stable `ErrorCode` happen here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import sys
+import threading
+import traceback
+from typing import Any, Callable, Dict, FrozenSet, Optional
+
+from ..runtime.context import Context
+from ..runtime.errors import ErrorCode, SandboxError
+from . import AGENT_VERSION, PROTOCOL_VERSION
+from . import protocol as p
+
+# Builds the object whose `call(method, params)` runs an operation.
+RuntimeFactory = Callable[[Context], Any]
+
+
+def log(message: str) -> None:
+    """Diagnostics go to stderr only (stdout is the protocol channel)."""
+    try:
+        sys.stderr.write("sandkit-agent: %s\n" % message)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _default_runtime(context: Context) -> Any:
+    from ..runtime.service import Runtime
+
+    return Runtime(context)
+
+
+def _operation_names() -> FrozenSet[str]:
+    from ..runtime.service import OPERATIONS
+
+    return frozenset(OPERATIONS)
+
+
+@dataclasses.dataclass
+class Request:
+    """A checked request; `notify` requests (no id) get no response."""
+
+    id: p.RequestId
+    method: str
+    params: Dict[str, Any]
+    notify: bool = False
+
+
+class BadRequest(Exception):
+    def __init__(self, response: Dict[str, Any]) -> None:
+        super().__init__(response["error"]["message"])
+        self.response = response
+
+
+class AgentCore:
+    """The agent's state (one Context once initialized) and its dispatcher."""
+
+    def __init__(
+        self,
+        context: Optional[Context] = None,
+        allow_initialize: bool = True,
+        runtime_factory: RuntimeFactory = _default_runtime,
+        operations: Optional[FrozenSet[str]] = None,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._allow_initialize = allow_initialize
+        self._runtime_factory = runtime_factory
+        self._operations = operations
+        self.context: Optional[Context] = None
+        self._runtime: Any = None
+        if context is not None:
+            self._install(context)
+
+    @property
+    def operations(self) -> FrozenSet[str]:
+        if self._operations is None:
+            self._operations = _operation_names()
+        return self._operations
+
+    @property
+    def max_frame_bytes(self) -> int:
+        context = self.context
+        if context is None:
+            return p.PRE_INITIALIZE_FRAME_BYTES
+        return p.max_frame_bytes(context.limits)
+
+    def _install(self, context: Context) -> None:
+        self._runtime = self._runtime_factory(context)
+        self.context = context
+
+    # -- parsing ------------------------------------------------------------
+
+    def parse(self, raw: Any) -> Request:
+        """Check a decoded JSON value; raise BadRequest with the error response."""
+        if isinstance(raw, list):
+            raise BadRequest(
+                self._error(None, p.INVALID_REQUEST, "batch requests are not supported")
+            )
+        if not isinstance(raw, dict):
+            raise BadRequest(
+                self._error(None, p.INVALID_REQUEST, "a request must be a JSON object")
+            )
+        notify = "id" not in raw
+        request_id = raw.get("id")
+        if request_id is not None and (
+            isinstance(request_id, bool) or not isinstance(request_id, (int, str))
+        ):
+            raise BadRequest(self._error(None, p.INVALID_REQUEST, "id must be a string or integer"))
+        if raw.get("jsonrpc") != p.JSONRPC:
+            raise BadRequest(self._error(request_id, p.INVALID_REQUEST, 'jsonrpc must be "2.0"'))
+        method = raw.get("method")
+        if not isinstance(method, str):
+            raise BadRequest(self._error(request_id, p.INVALID_REQUEST, "method must be a string"))
+        params = raw.get("params", {})
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise BadRequest(
+                self._error(request_id, p.INVALID_PARAMS, "params must be an object (by name)")
+            )
+        return Request(request_id, method, params, notify)
+
+    def parse_frame(self, data: bytes) -> Request:
+        import json
+
+        try:
+            raw = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            raise BadRequest(
+                self._error(p.find_id(data), p.PARSE_ERROR, "malformed JSON frame")
+            ) from None
+        return self.parse(raw)
+
+    def oversized(self, marker: p.Oversized) -> Dict[str, Any]:
+        return p.error_response(
+            p.find_id(marker.head),
+            p.INVALID_REQUEST,
+            SandboxError(
+                ErrorCode.TOO_LARGE,
+                "request is larger than the agent's frame limit of %d bytes" % marker.limit,
+            ),
+        )
+
+    @staticmethod
+    def _error(request_id: p.RequestId, rpc_code: int, message: str) -> Dict[str, Any]:
+        return p.error_response(
+            request_id, rpc_code, SandboxError(ErrorCode.INVALID_ARGUMENT, message)
+        )
+
+    # -- dispatch -----------------------------------------------------------
+
+    def is_control(self, request: Request) -> bool:
+        return request.method in p.CONTROL_METHODS
+
+    def handle(self, request: Request) -> Optional[Dict[str, Any]]:
+        """Run one request; the response dict, or None for a notification."""
+        if request.notify:
+            # Notifications get no answer, so nothing is run for them either.
+            return None
+        try:
+            result = self._dispatch(request)
+        except SandboxError as exc:
+            rpc_code = p.SANDBOX_ERROR
+            if exc.code is ErrorCode.INVALID_ARGUMENT and request.method not in self._known():
+                rpc_code = p.METHOD_NOT_FOUND
+            return p.error_response(request.id, rpc_code, self._masked(exc))
+        except _NotInitialized:
+            return p.error_response(
+                request.id,
+                p.NOT_INITIALIZED,
+                SandboxError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    "the agent is not initialized: send initialize first",
+                ),
+            )
+        except Exception as exc:
+            return self.internal_error(request, exc)
+        return p.result_response(request.id, result)
+
+    def internal_error(self, request: Request, exc: BaseException) -> Dict[str, Any]:
+        # The traceback names files of this process; it goes to the log, and
+        # the caller gets only the exception type.
+        log(
+            "internal error in %s:\n%s"
+            % (
+                request.method,
+                "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            )
+        )
+        return p.error_response(
+            request.id,
+            p.INTERNAL_ERROR,
+            SandboxError(
+                ErrorCode.INTERNAL,
+                "internal error in %s (%s); details are in the agent's log"
+                % (request.method, type(exc).__name__),
+            ),
+        )
+
+    def encode(self, request: Request, response: Dict[str, Any]) -> bytes:
+        """Serialise a response; a result that is not JSON becomes INTERNAL."""
+        try:
+            return p.dumps(response)
+        except (TypeError, ValueError) as exc:
+            return p.dumps(self.internal_error(request, exc))
+
+    def _known(self) -> FrozenSet[str]:
+        return self.operations | p.CONTROL_METHODS
+
+    def _masked(self, exc: SandboxError) -> SandboxError:
+        context = self.context
+        if context is None:
+            return exc
+        return SandboxError(exc.code, context.mapping.mask(exc.message))
+
+    def _dispatch(self, request: Request) -> Any:
+        method = request.method
+        if method == "initialize":
+            return self._initialize(request.params)
+        if method == "ping":
+            return {"pong": True}
+        if method == "info":
+            return self.info()
+        if method not in self.operations:
+            raise SandboxError(ErrorCode.INVALID_ARGUMENT, "unknown method %r" % method[:100])
+        runtime = self._runtime
+        if runtime is None:
+            raise _NotInitialized()
+        params = p.decode_params(method, request.params)
+        return p.encode_result(method, runtime.call(method, params))
+
+    def _initialize(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        if not self._allow_initialize:
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT,
+                "this agent was configured at start (--config); initialize is not accepted",
+            )
+        with self._lock:
+            if self.context is not None:
+                raise SandboxError(ErrorCode.INVALID_ARGUMENT, "the agent is already initialized")
+            self._install(p.context_from_config(params))
+        return {
+            "agent_version": AGENT_VERSION,
+            "protocol_version": PROTOCOL_VERSION,
+            "python": platform.python_version(),
+        }
+
+    def info(self) -> Dict[str, Any]:
+        context = self.context
+        rg_path = context.rg_path if context is not None else None
+        return {
+            "agent_version": AGENT_VERSION,
+            "protocol_version": PROTOCOL_VERSION,
+            "python": platform.python_version(),
+            "initialized": context is not None,
+            "execute_enabled": bool(context and context.execute_enabled),
+            "rg_available": bool(rg_path) and os.access(str(rg_path), os.X_OK),
+            "pid": os.getpid(),
+        }
+
+
+class _NotInitialized(Exception):
+    pass

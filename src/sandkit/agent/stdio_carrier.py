@@ -1,0 +1,121 @@
+"""Carrier 1: newline-delimited JSON-RPC on the agent's stdin/stdout.
+
+One connection per process. Control methods (initialize, ping, info) are
+answered by the reading thread itself, in order; operations run on a
+bounded pool and answer as they finish (responses may come out of order;
+the ids say which is which). Commands run by `execute` get their own pool,
+so long commands cannot starve file operations.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO, Dict, Optional
+
+from . import protocol as p
+from .server import AgentCore, BadRequest, Request, log
+
+
+def detach_stdio() -> "tuple[BinaryIO, BinaryIO]":
+    """Take the protocol pipes off fds 0/1 so nothing else can touch them.
+
+    Children (commands run by `execute`) inherit fds 0-2: after this, fd 0 is
+    /dev/null and fd 1 is stderr, so a command can neither read requests
+    meant for the agent nor write bytes into the response stream.
+    """
+    proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
+    proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return proto_in, proto_out
+
+
+class StdioServer:
+    def __init__(
+        self, core: AgentCore, stream_in: BinaryIO, stream_out: BinaryIO, workers: int = 8
+    ) -> None:
+        self.core = core
+        self._in = stream_in
+        self._out = stream_out
+        self._write_lock = threading.Lock()
+        self._broken = False
+        self._ops = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="op")
+        self._exec = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="exec")
+
+    def serve(self) -> None:
+        """Serve until stdin ends; operations already running are finished."""
+        reader = p.FrameReader(self._read, self.core.max_frame_bytes)
+        try:
+            while True:
+                reader.max_frame = self.core.max_frame_bytes
+                item = reader.next()
+                if item is None:
+                    break
+                if isinstance(item, p.Oversized):
+                    self._send(p.dumps(self.core.oversized(item)))
+                    continue
+                if not item.strip():
+                    continue
+                self._accept(item)
+        finally:
+            # Running operations finish (they are bounded by their own
+            # timeouts, and commands must not be orphaned mid-run); queued
+            # ones are dropped since nobody is left to read their answers.
+            self._ops.shutdown(wait=True, cancel_futures=True)
+            self._exec.shutdown(wait=True, cancel_futures=True)
+
+    def _read(self, size: int) -> bytes:
+        try:
+            return self._in.read(size) or b""
+        except OSError:
+            return b""
+
+    def _accept(self, data: bytes) -> None:
+        try:
+            request = self.core.parse_frame(data)
+        except BadRequest as bad:
+            self._send(p.dumps(bad.response))
+            return
+        if self.core.is_control(request):
+            self._run(request)
+            return
+        pool = self._exec if request.method == "execute" else self._ops
+        pool.submit(self._run, request)
+
+    def _run(self, request: Request) -> None:
+        try:
+            response: Optional[Dict[str, Any]] = self.core.handle(request)
+            if response is not None:
+                self._send(self.core.encode(request, response))
+        except BaseException as exc:
+            self._send(self.core.encode(request, self.core.internal_error(request, exc)))
+
+    def _send(self, data: bytes) -> None:
+        with self._write_lock:
+            if self._broken:
+                return
+            try:
+                _write_all(self._out, data + b"\n")
+            except (OSError, ValueError) as exc:
+                # The client is gone; keep draining so running work can finish.
+                self._broken = True
+                log("stdout closed: %s" % exc)
+
+
+def _write_all(out: BinaryIO, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = out.write(view)
+        if written is None:  # non-blocking stream not ready; cannot happen on a pipe
+            continue
+        view = view[written:]
+
+
+def serve_stdio(workers: int = 8) -> int:
+    proto_in, proto_out = detach_stdio()
+    StdioServer(AgentCore(), proto_in, proto_out, workers).serve()
+    return 0
