@@ -1,0 +1,116 @@
+"""File access that cannot be redirected by a symlink swapped in after resolve.
+
+`PathMapping.resolve` checks a path once; a process in the sandbox could then
+replace a directory on that path with a symlink to somewhere else before we
+open it. So every operation walks from the mount root one component at a
+time with O_NOFOLLOW, relative to directory fds, and works on the final
+name through its parent's fd. A symlink found on the way is refused (ELOOP),
+never followed. POSIX only (Linux and macOS), like the rest of the runtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from typing import Optional, Sequence
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_TEMP_PREFIX = ".sandkit-"
+_TEMP_SUFFIX = ".tmp"
+
+
+def _symlink_error(name: str) -> OSError:
+    return OSError(errno.ELOOP, "is a symbolic link", name)
+
+
+def lstat_at(dir_fd: int, name: str) -> Optional[os.stat_result]:
+    """lstat of `name` inside `dir_fd`, or None when it does not exist."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def open_subdir(dir_fd: int, name: str, create: bool = False) -> int:
+    """Open the directory `name` inside `dir_fd`; mkdir it first when asked."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+    except NotADirectoryError:
+        # O_DIRECTORY|O_NOFOLLOW reports a symlink as ENOTDIR; tell them apart.
+        info = lstat_at(dir_fd, name)
+        if info is not None and stat.S_ISLNK(info.st_mode):
+            raise _symlink_error(name) from None
+        raise
+    with contextlib.suppress(FileExistsError):  # created concurrently: fine
+        os.mkdir(name, 0o777, dir_fd=dir_fd)
+    return open_subdir(dir_fd, name, create=False)
+
+
+def open_dir(root: str, parts: Sequence[str], create: bool = False) -> int:
+    """Open `root/parts...` as a directory without following any symlink below root."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in parts:
+            child = open_subdir(fd, name, create)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_file(dir_fd: int, name: str, flags: int, mode: int = 0o666) -> int:
+    """os.open relative to `dir_fd`, refusing a symlink and never blocking on a FIFO."""
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _symlink_error(name) from None
+        raise
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def fsync_dir(dir_fd: int) -> None:
+    """Make a rename durable; some file systems refuse, which is not our failure."""
+    with contextlib.suppress(OSError):
+        os.fsync(dir_fd)
+
+
+def atomic_replace(dir_fd: int, name: str, data: bytes, mode: Optional[int]) -> None:
+    """Write `data` to a temp file next to `name`, fsync, then rename over `name`.
+
+    Readers see the old content or the new, never a mix; the temp file is
+    removed on any failure. `mode` keeps an existing file's permissions;
+    None means a new file (0o666 minus umask).
+    """
+    temp = _TEMP_PREFIX + secrets.token_hex(8) + _TEMP_SUFFIX
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=dir_fd)
+    try:
+        try:
+            write_all(fd, data)
+            if mode is not None:
+                os.fchmod(fd, stat.S_IMODE(mode))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # rename(2) replaces the target atomically (os.replace takes no dir fds
+        # on some Pythons; on POSIX the two are the same call).
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise
+    fsync_dir(dir_fd)

@@ -1,0 +1,387 @@
+"""runtime/process.py (execute) and runtime/capture.py: real shells, real process groups."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sandkit.models import ExecuteResult
+from sandkit.runtime import process
+from sandkit.runtime.capture import ELIDED_MARKER, REDACTED, HeadTail, Redactor
+from sandkit.runtime.context import Context
+from sandkit.runtime.errors import ErrorCode, SandboxError
+from sandkit.runtime.limits import Limits
+from sandkit.runtime.pathmap import OUTPUTS, UPLOADS, WORKSPACE, Mount, PathMapping
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+@dataclasses.dataclass
+class Box:
+    root: Path
+    ws: Path
+    up: Path
+    out: Path
+    ctx: Context
+
+    def with_limits(self, **changes: Any) -> Context:
+        return dataclasses.replace(self.ctx, limits=dataclasses.replace(self.ctx.limits, **changes))
+
+
+@pytest.fixture()
+def box(tmp_path: Path) -> Box:
+    ws, up, out = (tmp_path / "data" / n for n in ("workspace", "uploads", "outputs"))
+    for d in (ws, up, out):
+        d.mkdir(parents=True)
+    mounts = [Mount(WORKSPACE, str(ws)), Mount(UPLOADS, str(up), True), Mount(OUTPUTS, str(out))]
+    mapping = PathMapping(mounts)
+    ctx = Context(
+        mapping=mapping,
+        limits=Limits(exec_default_timeout_s=20.0, exec_max_timeout_s=60.0),
+        execute_enabled=True,
+        secrets=(SECRET,),
+    )
+    return Box(tmp_path, ws, up, out, ctx)
+
+
+def run(ctx: Context, command: str, **kwargs: Any) -> dict[str, Any]:
+    result: dict[str, Any] = process.execute(ctx, command, **kwargs)
+    ExecuteResult.model_validate(result)  # exactly the model's fields
+    return result
+
+
+def fails(code: ErrorCode, ctx: Context, command: Any, **kwargs: Any) -> SandboxError:
+    with pytest.raises(SandboxError) as info:
+        process.execute(ctx, command, **kwargs)
+    assert info.value.code == code, info.value
+    return info.value
+
+
+def is_dead(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:  # an unreaped zombie is dead too
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def wait_dead(pid: int, seconds: float = 3.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if is_dead(pid):
+            return True
+        time.sleep(0.02)
+    return is_dead(pid)
+
+
+# -- basics -------------------------------------------------------------------------
+
+
+def test_disabled_by_context(box: Box) -> None:
+    ctx = dataclasses.replace(box.ctx, execute_enabled=False)
+    fails(ErrorCode.EXECUTE_DISABLED, ctx, "touch pwned")
+    assert not (box.ws / "pwned").exists()
+
+
+def test_exit_code_and_separate_streams(box: Box) -> None:
+    r = run(box.ctx, "echo out; echo err >&2; exit 3")
+    assert (r["exit_code"], r["stdout"], r["stderr"]) == (3, "out\n", "err\n")
+    assert r["timed_out"] is False and r["truncated"] is False
+    assert isinstance(r["duration_ms"], float) and r["duration_ms"] > 0
+
+
+def test_signal_death_reads_as_128_plus_signal(box: Box) -> None:
+    assert run(box.ctx, "kill -KILL $$")["exit_code"] == 137
+    assert run(box.ctx, "kill -TERM $$")["exit_code"] == 143
+
+
+def test_stdin_is_empty(box: Box) -> None:
+    r = run(box.ctx, "cat; echo done", timeout=5)
+    assert r["stdout"] == "done\n" and r["timed_out"] is False
+
+
+@pytest.mark.skipif(not os.access("/bin/bash", os.X_OK), reason="no bash")
+def test_runs_under_bash_when_present(box: Box) -> None:
+    r = run(box.ctx, 'echo "${BASH_VERSION:+bash}" $SHELL; [[ 1 == 1 ]] && echo ok')
+    assert r["stdout"] == "bash /bin/bash\nok\n"
+
+
+def test_invalid_utf8_output_is_replaced(box: Box) -> None:
+    assert run(box.ctx, r"printf 'a\377b'")["stdout"] == "a\ufffdb"
+
+
+@pytest.mark.parametrize("command", ["", "   ", None, 12, ["ls"], "echo a\x00b"])
+def test_bad_commands(box: Box, command: Any) -> None:
+    fails(ErrorCode.INVALID_ARGUMENT, box.ctx, command)
+
+
+def test_overlong_command(box: Box) -> None:
+    fails(ErrorCode.INVALID_ARGUMENT, box.ctx, "true " + "x" * process.MAX_COMMAND_BYTES)
+
+
+# -- paths: cwd, masking, unmasking ----------------------------------------------------
+
+
+def test_cwd_defaults_to_the_workspace_and_prints_virtual(box: Box) -> None:
+    r = run(box.ctx, 'pwd; /bin/pwd -P; echo $HOME; ls -d "$PWD"')
+    assert r["stdout"] == (WORKSPACE + "\n") * 4
+    assert str(box.root) not in r["stdout"]
+
+
+def test_virtual_paths_in_the_command_reach_the_files(box: Box) -> None:
+    (box.up / "in.txt").write_text("uploaded\n")
+    r = run(box.ctx, f"cp {UPLOADS}/in.txt {OUTPUTS}/copy.txt && cat {OUTPUTS}/copy.txt")
+    assert r["exit_code"] == 0 and r["stdout"] == "uploaded\n"
+    assert (box.out / "copy.txt").read_text() == "uploaded\n"
+
+
+def test_real_root_never_appears_in_output_or_errors(box: Box) -> None:
+    r = run(box.ctx, f"realpath .; ls {OUTPUTS}/nope")
+    assert r["stdout"] == WORKSPACE + "\n"
+    assert OUTPUTS + "/nope" in r["stderr"]
+    assert str(box.root) not in r["stdout"] + r["stderr"]
+
+
+def test_cwd_argument(box: Box) -> None:
+    (box.ws / "sub").mkdir()
+    (box.ws / "f.txt").write_text("")
+    assert run(box.ctx, "pwd", cwd="sub")["stdout"] == WORKSPACE + "/sub\n"
+    assert run(box.ctx, "pwd", cwd=UPLOADS)["stdout"] == UPLOADS + "\n"  # read-only is fine
+    fails(ErrorCode.NOT_A_DIRECTORY, box.ctx, "pwd", cwd="f.txt")
+    err = fails(ErrorCode.NOT_FOUND, box.ctx, "pwd", cwd="nope")
+    assert str(box.root) not in err.message
+    fails(ErrorCode.ACCESS_DENIED, box.ctx, "pwd", cwd="/tmp")
+    fails(ErrorCode.ACCESS_DENIED, box.ctx, "pwd", cwd="../..")
+    fails(ErrorCode.INVALID_ARGUMENT, box.ctx, "pwd", cwd=3)
+
+
+# -- environment -------------------------------------------------------------------------
+
+
+def test_base_environment(box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDKIT_TEST_PARENT_ONLY", "leaky")
+    monkeypatch.setenv("TZ", "UTC")
+    r = run(box.ctx, "env | sort")
+    env = dict(line.split("=", 1) for line in r["stdout"].splitlines() if "=" in line)
+    assert env["HOME"] == WORKSPACE and env["LANG"] == "C.UTF-8" and env["TERM"] == "dumb"
+    assert env["PATH"] == os.environ["PATH"] and env["TZ"] == "UTC"
+    assert "SANDKIT_TEST_PARENT_ONLY" not in env and "leaky" not in r["stdout"]
+
+
+def test_scrubbed_names_and_secret_values_are_not_inherited(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    monkeypatch.setenv("USER", "user-" + SECRET)
+    ctx = dataclasses.replace(box.ctx, scrubbed_env=("TZ",))
+    env = run(ctx, "env")["stdout"]
+    assert "TZ=" not in env and "USER=" not in env
+
+
+def test_caller_env_is_merged_and_may_name_scrubbed_variables(box: Box) -> None:
+    ctx = dataclasses.replace(box.ctx, scrubbed_env=("API_TOKEN",))
+    r = run(
+        ctx,
+        'echo "$GREETING|$API_TOKEN|$LANG|$OUT"; ls "$OUT"',
+        env={"GREETING": "hi there", "API_TOKEN": "t0k", "LANG": "C", "OUT": OUTPUTS},
+    )
+    assert r["stdout"] == f"hi there|t0k|C|{OUTPUTS}\n"  # $OUT reached the real dir
+    assert r["exit_code"] == 0
+
+
+@pytest.mark.parametrize(
+    "env", [["A=1"], {"A": 1}, {1: "a"}, {"": "x"}, {"A=B": "x"}, {"A": "x\x00y"}, "A=1"]
+)
+def test_bad_env(box: Box, env: Any) -> None:
+    fails(ErrorCode.INVALID_ARGUMENT, box.ctx, "true", env=env)
+
+
+# -- timeouts and process groups -------------------------------------------------------------
+
+
+def test_timeout_reports_timed_out_with_output_so_far(box: Box) -> None:
+    started = time.monotonic()
+    r = run(box.ctx, "echo started; sleep 30", timeout=0.5)
+    assert r["timed_out"] is True and r["exit_code"] is None
+    assert r["stdout"] == "started\n"
+    assert time.monotonic() - started < 5
+    assert 400 < r["duration_ms"] < 5000
+
+
+def test_default_timeout_comes_from_limits(box: Box) -> None:
+    r = run(box.with_limits(exec_default_timeout_s=0.3), "sleep 30")
+    assert r["timed_out"] is True
+
+
+def test_timeout_kills_background_children_of_the_group(box: Box) -> None:
+    r = run(box.ctx, "sleep 100 & echo $! > child.pid; sleep 100 & wait", timeout=0.5)
+    assert r["timed_out"] is True
+    assert wait_dead(int((box.ws / "child.pid").read_text()))
+
+
+def test_timeout_kills_a_command_that_ignores_sigterm(box: Box) -> None:
+    started = time.monotonic()
+    r = run(
+        box.ctx, "trap '' TERM; echo $$ > sh.pid; sleep 100 & echo $! > c.pid; wait", timeout=0.5
+    )
+    assert r["timed_out"] is True
+    assert time.monotonic() - started < 0.5 + process.TERM_GRACE_S + 3
+    assert wait_dead(int((box.ws / "c.pid").read_text()))
+    assert wait_dead(int((box.ws / "sh.pid").read_text()))
+
+
+def test_background_child_holding_the_pipes_does_not_hang_a_finished_command(box: Box) -> None:
+    started = time.monotonic()
+    r = run(box.ctx, "sleep 30 & echo $! > bg.pid; echo done", timeout=20)
+    assert (r["exit_code"], r["stdout"], r["timed_out"]) == (0, "done\n", False)
+    assert time.monotonic() - started < 3
+    os.kill(int((box.ws / "bg.pid").read_text()), 9)
+
+
+@pytest.mark.skipif(shutil.which("setsid") is None, reason="no setsid")
+def test_child_that_escapes_the_group_and_holds_the_pipes_cannot_hang_a_timeout(box: Box) -> None:
+    started = time.monotonic()
+    r = run(box.ctx, "setsid sleep 30 & echo $! > esc.pid; sleep 30", timeout=0.5)
+    assert r["timed_out"] is True
+    assert time.monotonic() - started < 0.5 + process.TERM_GRACE_S + 2
+    os.kill(int((box.ws / "esc.pid").read_text()), 9)  # it left our group: not ours to kill
+
+
+def test_shell_that_closes_its_output_still_times_out(box: Box) -> None:
+    r = run(box.ctx, "exec >&- 2>&-; sleep 30", timeout=0.5)
+    assert r["timed_out"] is True and r["exit_code"] is None
+
+
+@pytest.mark.parametrize("timeout", [0, -1, 61, "5", True, float("nan"), [1]])
+def test_bad_timeouts(box: Box, timeout: Any) -> None:
+    fails(ErrorCode.INVALID_ARGUMENT, box.ctx, "true", timeout=timeout)
+
+
+def test_fractional_and_integer_timeouts(box: Box) -> None:
+    assert run(box.ctx, "true", timeout=1)["exit_code"] == 0
+    assert run(box.ctx, "true", timeout=60)["exit_code"] == 0
+
+
+# -- output caps and redaction ----------------------------------------------------------------
+
+
+def test_output_keeps_head_and_tail(box: Box) -> None:
+    ctx = box.with_limits(exec_output_bytes=200)
+    r = run(ctx, "seq 1 10000")
+    out = r["stdout"]
+    assert r["truncated"] is True
+    total = sum(len(f"{i}\n") for i in range(1, 10001))
+    assert out.startswith("1\n2\n3\n") and out.endswith("9999\n10000\n")
+    assert ELIDED_MARKER % (total - 200) in out
+    head, tail = out.split(ELIDED_MARKER % (total - 200))
+    assert len(head) == 100 and len(tail) == 100
+
+
+def test_output_exactly_at_the_cap_is_not_truncated(box: Box) -> None:
+    ctx = box.with_limits(exec_output_bytes=100)
+    r = run(ctx, "head -c 100 /dev/zero | tr '\\0' a; head -c 101 /dev/zero | tr '\\0' b >&2")
+    assert r["stdout"] == "a" * 100
+    assert r["stderr"].startswith("b" * 50) and r["stderr"].endswith("b" * 50)
+    assert r["truncated"] is True
+
+
+def test_huge_output_is_bounded_and_fast(box: Box) -> None:
+    started = time.monotonic()
+    r = run(box.ctx, "head -c 200000000 /dev/zero | tr '\\0' x; echo END")
+    assert time.monotonic() - started < 20
+    assert r["truncated"] is True and r["stdout"].endswith("xEND\n")
+    assert len(r["stdout"]) < box.ctx.limits.exec_output_bytes + 100
+
+
+def test_secrets_are_redacted_in_both_streams(box: Box) -> None:
+    r = run(box.ctx, f"echo key={SECRET}; echo $TOKEN >&2", env={"TOKEN": SECRET})
+    assert r["stdout"] == f"key={REDACTED}\n" and r["stderr"] == REDACTED + "\n"
+
+
+@pytest.mark.parametrize("offset", range(-30, 5, 3))
+def test_secret_straddling_the_head_cut_never_leaks_partly(box: Box, offset: int) -> None:
+    ctx = box.with_limits(exec_output_bytes=2000)
+    pad = 1000 + offset  # the secret starts around the end of the kept head
+    dots = "head -c 5000 /dev/zero | tr '\\0' ."
+    r = run(ctx, f"printf '%*s' {pad} ''; printf {SECRET}; {dots}; echo")
+    assert r["truncated"] is True
+    assert "sk-" not in r["stdout"] and "cdef" not in r["stdout"]
+
+
+@pytest.mark.parametrize("offset", range(-30, 5, 3))
+def test_secret_straddling_the_tail_cut_never_leaks_partly(box: Box, offset: int) -> None:
+    ctx = box.with_limits(exec_output_bytes=2000)
+    after = 1000 + offset  # the secret ends around the start of the kept tail
+    r = run(ctx, f"head -c 5000 /dev/zero | tr '\\0' .; printf {SECRET}; printf '%*s' {after} ''")
+    assert "sk-" not in r["stdout"] and "cdef" not in r["stdout"]
+
+
+def test_real_root_straddling_the_cut_never_leaks_partly(box: Box) -> None:
+    ctx = box.with_limits(exec_output_bytes=200)
+    for pad in range(70, 101, 3):
+        r = run(ctx, f"printf '%*s' {pad} ''; pwd -P; seq 1 400")
+        assert str(box.root)[:8] not in r["stdout"], pad
+
+
+# -- capture units ----------------------------------------------------------------------------
+
+
+def test_redactor_prefers_the_longest_secret() -> None:
+    redact = Redactor(["abc", "abcdef", ""])
+    assert redact("xx abcdef abc") == f"xx {REDACTED} {REDACTED}"
+    assert Redactor([])("abc") == "abc"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pieces=st.lists(st.sampled_from(["a", "b\n", "é", "@@QQ##", "ab" * 7]), max_size=60),
+    head=st.integers(0, 40),
+    tail=st.integers(0, 40),
+    chunk=st.integers(1, 17),
+)
+def test_capture_never_shows_part_of_a_secret(
+    pieces: list[str], head: int, tail: int, chunk: int
+) -> None:
+    redact = Redactor(["@@QQ##"])
+    stream = "".join(pieces).encode()
+    buf = HeadTail(head, tail, margin=16)
+    for i in range(0, len(stream), chunk):
+        buf.feed(stream[i : i + chunk])
+    shown = buf.render(redact)
+    assert not set("@Q#") & set(shown)
+    full = redact(stream.decode())
+    if len(stream) <= head + tail:
+        assert shown == full and not buf.truncated
+    else:
+        assert buf.truncated
+        first, last = shown.split(ELIDED_MARKER % (len(stream) - head - tail))
+        assert full.startswith(first) and full.endswith(last)
+        # Nothing from the elided middle: each end is a transform of its own bytes.
+        assert redact(stream[:head].decode("utf-8", "ignore")).startswith(first)
+        assert redact(stream[len(stream) - tail :].decode("utf-8", "ignore")).endswith(last)
+
+
+def test_missing_bash_falls_back_to_sh(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(process, "SHELLS", ("/nonexistent/bash", "/bin/sh"))
+    assert process.pick_shell() == "/bin/sh"
+    monkeypatch.setattr(process, "SHELLS", ("/nonexistent/bash",))
+    with pytest.raises(SandboxError) as info:
+        process.pick_shell()
+    assert info.value.code == ErrorCode.UNAVAILABLE
+
+
+def test_no_zombie_or_leftover_from_a_finished_command(box: Box) -> None:
+    r = run(box.ctx, "echo $$")
+    assert wait_dead(int(r["stdout"]))
+    assert shutil.which("sh")
