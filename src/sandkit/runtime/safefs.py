@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from typing import Optional, Sequence
 
@@ -96,7 +95,7 @@ def atomic_replace(dir_fd: int, name: str, data: bytes, mode: Optional[int]) -> 
     removed on any failure. `mode` keeps an existing file's permissions;
     None means a new file (0o666 minus umask).
     """
-    temp = _TEMP_PREFIX + secrets.token_hex(8) + _TEMP_SUFFIX
+    temp = _TEMP_PREFIX + os.urandom(8).hex() + _TEMP_SUFFIX
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=dir_fd)
     try:
         try:
