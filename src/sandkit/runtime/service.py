@@ -10,6 +10,7 @@ import inspect
 from typing import Any, Callable, Dict, Mapping
 
 from . import fileops, process, search
+from .oserrors import to_sandbox_error
 from .context import Context
 from .errors import ErrorCode, SandboxError
 
@@ -59,28 +60,5 @@ class Runtime:
         except MemoryError:
             raise SandboxError(ErrorCode.TOO_LARGE, "%s ran out of memory" % method) from None
         except OSError as exc:
-            raise os_error(self.context, exc) from None
+            raise to_sandbox_error(self.context.mapping, exc) from None
 
-
-def os_error(context: Context, exc: OSError) -> SandboxError:
-    """Last-resort classification of an OSError that an operation did not map."""
-    import errno
-
-    by_errno = {
-        errno.ENOENT: ErrorCode.NOT_FOUND,
-        errno.ENOTDIR: ErrorCode.NOT_A_DIRECTORY,
-        errno.EISDIR: ErrorCode.IS_A_DIRECTORY,
-        errno.EACCES: ErrorCode.ACCESS_DENIED,
-        errno.EPERM: ErrorCode.ACCESS_DENIED,
-        errno.EROFS: ErrorCode.READ_ONLY,
-        errno.ENOSPC: ErrorCode.TOO_LARGE,
-        errno.EDQUOT: ErrorCode.TOO_LARGE,
-        errno.EFBIG: ErrorCode.TOO_LARGE,
-        errno.ENAMETOOLONG: ErrorCode.INVALID_ARGUMENT,
-        errno.ELOOP: ErrorCode.ACCESS_DENIED,
-    }
-    code = by_errno.get(exc.errno or 0, ErrorCode.INTERNAL)
-    text = exc.strerror or str(exc)
-    if exc.filename is not None:
-        text = "%s: %s" % (context.mapping.to_virtual(str(exc.filename)), text)
-    return SandboxError(code, context.mapping.mask(text))
