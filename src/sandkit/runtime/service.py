@@ -10,9 +10,9 @@ import inspect
 from typing import Any, Callable, Dict, Mapping
 
 from . import fileops, process, search
-from .oserrors import to_sandbox_error
 from .context import Context
 from .errors import ErrorCode, SandboxError
+from .oserrors import to_sandbox_error
 
 OPERATIONS: Dict[str, Callable[..., Any]] = {
     "read_file": fileops.read_file,
