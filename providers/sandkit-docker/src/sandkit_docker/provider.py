@@ -1,0 +1,580 @@
+"""`DockerProvider`: one hardened container per `SandboxKey`, the agent inside.
+
+The container's main process only keeps it alive; every operation goes to
+one long-lived `agent.pyz --stdio` per sandbox over a Docker exec socket.
+Containers are found again by name (`<owner>-<sandbox_id>`) and labels, so
+a restarted provider adopts its boxes instead of creating duplicates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from sandkit.config import Settings
+from sandkit.errors import ErrorCode, SandboxError
+from sandkit.paths import USER_DATA_DIRS, ThreadLayout
+from sandkit.provider import SandboxKey, SandboxProvider
+from sandkit.remote import RemoteSandbox
+from sandkit.remote import agent_config as make_agent_config
+from sandkit.streams import ByteStream
+from sandkit.transports.stdio import StdioTransport
+
+from .errors import engine_error
+from .options import DockerOptions
+from .payload import AGENT_DIR, AGENT_PATH, RG_PATH, Payload, build_payload
+from .spec import (
+    LABEL_AGENT,
+    LABEL_OWNER,
+    LABEL_SANDBOX_ID,
+    LABEL_SPEC,
+    container_name,
+    create_kwargs,
+    owner_filter,
+)
+from .stream import DockerExecStream
+
+log = logging.getLogger("sandkit.docker")
+
+# How long to wait for a container another process created to be started by it.
+FOREIGN_START_WAIT_S = 10.0
+
+
+class DockerSandbox(RemoteSandbox):
+    """A `RemoteSandbox` that knows its key and whether a call is running (for reaping)."""
+
+    def __init__(self, key: SandboxKey, transport: StdioTransport, **kwargs: Any) -> None:
+        super().__init__(transport, key.sandbox_id, **kwargs)
+        self.key = key
+        self._inflight = 0
+        self._inflight_lock = threading.Lock()
+
+    @property
+    def busy(self) -> bool:
+        return self._inflight > 0
+
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[None]:
+        with self._inflight_lock:
+            self._inflight += 1
+        try:
+            yield
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
+            self.last_used = time.monotonic()
+
+    def call(self, method: str, params: dict[str, Any]) -> Any:
+        with self._running():
+            return super().call(method, params)
+
+    async def acall(self, method: str, params: dict[str, Any]) -> Any:
+        with self._running():
+            return await super().acall(method, params)
+
+
+@dataclasses.dataclass(eq=False)
+class _Box:
+    """What this provider knows about one key's container."""
+
+    key: SandboxKey
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    container_id: str | None = None
+    sandbox: DockerSandbox | None = None
+    stream: DockerExecStream | None = None
+    # Set when the engine said the container is gone or stopped: acquire re-checks.
+    dead: bool = False
+
+    def looks_alive(self) -> bool:
+        """Cheap check: a live agent channel implies a running container."""
+        stream = self.stream
+        return not self.dead and stream is not None and not stream.at_eof
+
+
+class DockerProvider(SandboxProvider):
+    name = "docker"
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.options = DockerOptions.from_settings(self.settings)
+        self._client: docker.DockerClient | None = None
+        self._client_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._boxes: dict[SandboxKey, _Box] = {}
+        self._image_lock = threading.Lock()
+        self._pulled = False
+        self._reaper: threading.Thread | None = None
+        self._reaper_stop = threading.Event()
+
+    # -- engine ---------------------------------------------------------------------
+
+    @property
+    def client(self) -> docker.DockerClient:
+        """The engine client, connected on first use (UNAVAILABLE when unreachable)."""
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    try:
+                        if self.options.docker_host:
+                            client = docker.DockerClient(base_url=self.options.docker_host)
+                        else:
+                            client = docker.from_env()
+                        client.ping()
+                    except Exception as exc:
+                        raise engine_error(exc, "connecting to Docker") from None
+                    self._client = client
+        return self._client
+
+    def _payload(self) -> Payload:
+        return build_payload(True)
+
+    # -- SandboxProvider --------------------------------------------------------------
+
+    def acquire(self, key: SandboxKey) -> DockerSandbox:
+        self._start_reaper()
+        while True:
+            box = self._box(key)
+            with box.lock:
+                if self._boxes.get(key) is not box:
+                    continue  # released and forgotten while we waited; start over
+                sandbox = box.sandbox
+                if sandbox is not None and not sandbox.closed and box.looks_alive():
+                    sandbox.last_used = time.monotonic()
+                    return sandbox
+                self._ensure_running(box)
+                if sandbox is None or sandbox.closed:
+                    sandbox = self._new_sandbox(box)
+                    box.sandbox = sandbox
+                # Open the channel now: acquire returns a box that answers, and a
+                # broken image (no python3) fails here with the agent's reason.
+                sandbox.ping(timeout=30.0)
+                sandbox.last_used = time.monotonic()
+                return sandbox
+
+    def get(self, key: SandboxKey) -> DockerSandbox | None:
+        with self._lock:
+            box = self._boxes.get(key)
+        if box is None:
+            box = self._box(key)
+        with box.lock:
+            sandbox = box.sandbox
+            if sandbox is not None and not sandbox.closed and box.looks_alive():
+                return sandbox
+            attrs = self._inspect(key)
+            if attrs is None or not _running(attrs) or not self._adoptable(attrs, key):
+                if sandbox is None:
+                    self._forget(box)
+                return None
+            box.container_id = attrs["Id"]
+            box.dead = False
+            if sandbox is None or sandbox.closed:
+                sandbox = self._new_sandbox(box)
+                box.sandbox = sandbox
+            return sandbox
+
+    def release(self, key: SandboxKey) -> None:
+        self._drop(key, remove=False)
+
+    def destroy(self, key: SandboxKey) -> None:
+        self._drop(key, remove=True)
+
+    def shutdown(self) -> None:
+        self._reaper_stop.set()
+        with self._lock:
+            boxes = list(self._boxes.values())
+            self._boxes.clear()
+        for box in boxes:
+            with box.lock:
+                self._close_box(box)
+        if self._client is None and not boxes:
+            # Never connected and nothing acquired: nothing of ours can be running.
+            with contextlib.suppress(SandboxError):
+                self.client  # noqa: B018 - connect so leftovers of a crashed run are cleaned
+        if self._client is None:
+            return
+        try:
+            containers = self.client.containers.list(all=True, filters=owner_filter(self.options))
+        except Exception as exc:
+            raise engine_error(exc, "listing containers at shutdown") from None
+        for container in containers:
+            with contextlib.suppress(docker.errors.NotFound):
+                try:
+                    if self.options.shutdown == "remove":
+                        container.remove(force=True, v=True)
+                    elif container.status == "running":
+                        container.stop(timeout=self.options.stop_timeout_s)
+                except docker.errors.APIError as exc:
+                    if exc.status_code != 409:  # removal already in progress
+                        log.warning("shutdown: %s: %s", container.name, exc)
+
+    def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
+        cutoff = time.monotonic() - max_idle_s
+        with self._lock:
+            boxes = list(self._boxes.values())
+        reaped = []
+        for box in boxes:
+            sandbox = box.sandbox
+            if sandbox is None or sandbox.closed or sandbox.busy or sandbox.last_used >= cutoff:
+                continue
+            with box.lock:
+                sandbox = box.sandbox
+                if sandbox is None or sandbox.closed or sandbox.busy or sandbox.last_used >= cutoff:
+                    continue
+                self._stop_box(box, remove=False)
+            self._forget(box)
+            reaped.append(box.key)
+        return reaped
+
+    # -- boxes ------------------------------------------------------------------------
+
+    def _box(self, key: SandboxKey) -> _Box:
+        with self._lock:
+            box = self._boxes.get(key)
+            if box is None:
+                box = self._boxes[key] = _Box(key)
+            return box
+
+    def _forget(self, box: _Box) -> None:
+        with self._lock:
+            if self._boxes.get(box.key) is box and box.sandbox is None:
+                del self._boxes[box.key]
+
+    def _drop(self, key: SandboxKey, remove: bool) -> None:
+        box = self._box(key)
+        with box.lock:
+            self._stop_box(box, remove)
+        self._forget(box)
+
+    def _close_box(self, box: _Box) -> None:
+        sandbox, box.sandbox, box.stream = box.sandbox, None, None
+        if sandbox is not None:
+            sandbox.close()
+
+    def _stop_box(self, box: _Box, remove: bool) -> None:
+        """Close the sandbox, then stop or remove the container (by name: ours or adopted)."""
+        self._close_box(box)
+        box.dead = True
+        name = container_name(self.options, box.key)
+        api = self.client.api
+        try:
+            if remove:
+                api.remove_container(name, force=True, v=True)
+            else:
+                api.stop(name, timeout=self.options.stop_timeout_s)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if not (remove and exc.status_code == 409):  # removal already in progress
+                raise engine_error(exc, f"stopping sandbox {box.key.sandbox_id}") from None
+        except Exception as exc:
+            raise engine_error(exc, f"stopping sandbox {box.key.sandbox_id}") from None
+        box.container_id = None
+
+    # -- container lifecycle ------------------------------------------------------------
+
+    def _inspect(self, key: SandboxKey) -> dict[str, Any] | None:
+        try:
+            attrs: dict[str, Any] = self.client.api.inspect_container(
+                container_name(self.options, key)
+            )
+        except docker.errors.NotFound:
+            return None
+        except Exception as exc:
+            raise engine_error(exc, f"inspecting sandbox {key.sandbox_id}") from None
+        return attrs
+
+    def _adoptable(self, attrs: dict[str, Any], key: SandboxKey) -> bool:
+        labels = attrs.get("Config", {}).get("Labels") or {}
+        return bool(
+            labels.get(LABEL_OWNER) == self.options.owner
+            and labels.get(LABEL_SANDBOX_ID) == key.sandbox_id
+            and labels.get(LABEL_SPEC) == self._spec(key)["labels"][LABEL_SPEC]
+        )
+
+    def _spec(self, key: SandboxKey) -> dict[str, Any]:
+        layout = ThreadLayout.for_key(self.settings, key)
+        return create_kwargs(self.options, layout, self._payload().digest)
+
+    def _ensure_running(self, box: _Box) -> None:
+        """Make the key's container exist and run; adopt, restart or (re)create it."""
+        key = box.key
+        layout = ThreadLayout.for_key(self.settings, key)
+        self._prepare_host_dirs(layout)
+        payload = self._payload()
+        kwargs = create_kwargs(self.options, layout, payload.digest)
+        mask = layout.host_mapping().mask
+        try:
+            attrs = self._inspect(key)
+            if attrs is not None and not self._adoptable(attrs, key):
+                log.info("recreating %s: created with other settings", kwargs["name"])
+                self._remove_quietly(attrs["Id"])
+                attrs = None
+            if attrs is None:
+                attrs, created = self._create(kwargs, mask)
+            else:
+                created = False
+            state = attrs["State"]
+            if _running(attrs):
+                needs_payload = attrs["Config"]["Labels"].get(LABEL_AGENT) != payload.digest
+                if needs_payload and box.container_id != attrs["Id"]:
+                    self._put_payload(attrs["Id"], payload)
+            elif state.get("Paused"):
+                self.client.api.unpause(attrs["Id"])
+            elif state.get("Status") in ("created", "exited"):
+                if state.get("Status") == "created" and not created:
+                    attrs = self._wait_foreign_start(attrs)
+                if not _running(attrs):
+                    self._check_capacity()
+                    if created or attrs["Config"]["Labels"].get(LABEL_AGENT) != payload.digest:
+                        self._put_payload(attrs["Id"], payload)
+                    self.client.api.start(attrs["Id"])
+            else:  # restarting, removing, dead: start from scratch
+                self._remove_quietly(attrs["Id"])
+                attrs, _ = self._create(kwargs, mask)
+                self._put_payload(attrs["Id"], payload)
+                self.client.api.start(attrs["Id"])
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise engine_error(exc, f"starting sandbox {key.sandbox_id}", mask) from None
+        box.container_id = attrs["Id"]
+        box.dead = False
+
+    def _create(self, kwargs: dict[str, Any], mask: Any) -> tuple[dict[str, Any], bool]:
+        """Create the container; if another process won the race (409), adopt theirs."""
+        self._check_capacity()
+        self._ensure_image(pull_missing=False)
+        try:
+            try:
+                container = self.client.containers.create(**kwargs)
+            except docker.errors.ImageNotFound:
+                self._ensure_image(pull_missing=True)
+                container = self.client.containers.create(**kwargs)
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise
+            # The engine reserves the name before the winner's container can be
+            # inspected; give it a moment to appear.
+            deadline = time.monotonic() + FOREIGN_START_WAIT_S
+            while (attrs := self._inspect_name(kwargs["name"])) is None:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+            return attrs, False
+        return container.attrs, True
+
+    def _inspect_name(self, name: str) -> dict[str, Any] | None:
+        try:
+            attrs: dict[str, Any] = self.client.api.inspect_container(name)
+        except docker.errors.NotFound:
+            return None
+        return attrs
+
+    def _wait_foreign_start(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Another process created this container and is about to start it: let it."""
+        deadline = time.monotonic() + FOREIGN_START_WAIT_S
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            fresh = self._inspect_name(attrs["Name"].lstrip("/"))
+            if fresh is None or fresh["State"].get("Status") != "created":
+                return fresh if fresh is not None else attrs
+        return attrs
+
+    def _remove_quietly(self, container_id: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                self.client.api.remove_container(container_id, force=True, v=True)
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise
+
+    def _put_payload(self, container_id: str, payload: Payload) -> None:
+        if not self.client.api.put_archive(container_id, AGENT_DIR, payload.archive):
+            raise SandboxError(ErrorCode.UNAVAILABLE, "could not copy the agent into the container")
+
+    def _ensure_image(self, pull_missing: bool) -> None:
+        policy = self.options.pull
+        if policy == "always" and not self._pulled:
+            pull_missing = True
+        elif not pull_missing:
+            return
+        image = self.options.image
+        with self._image_lock:
+            if self._pulled and policy == "always":
+                return
+            if policy == "never":
+                raise SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    f"image {image} is not present and pull is 'never'; build it "
+                    "(deploy/images/build-base-image.sh) or set providers.docker.image",
+                )
+            try:
+                if policy != "always":
+                    try:
+                        self.client.images.get(image)
+                        return
+                    except docker.errors.ImageNotFound:
+                        pass
+                repository, tag = _split_image(image)
+                log.info("pulling %s", image)
+                self.client.images.pull(repository, tag=tag)
+                self._pulled = True
+            except docker.errors.DockerException as exc:
+                raise SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    f"image {image} is not present and could not be pulled ({exc}); build it "
+                    "(deploy/images/build-base-image.sh) or set providers.docker.image",
+                ) from None
+
+    def _check_capacity(self) -> None:
+        cap = self.options.max_running
+        if not cap:
+            return
+        running = self.client.containers.list(
+            filters={**owner_filter(self.options), "status": "running"}
+        )
+        if len(running) >= cap:
+            raise SandboxError(
+                ErrorCode.CAPACITY,
+                f"{len(running)} sandboxes are running, the limit (max_running) is {cap}",
+            )
+
+    def _prepare_host_dirs(self, layout: ThreadLayout) -> None:
+        """Create the thread dirs and make them writable by the container's uid."""
+        layout.create_dirs()
+        for mount in layout.mounts:
+            if not os.path.isdir(mount.real):
+                raise SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    f"the host directory behind {mount.virtual} does not exist",
+                )
+        if not self.options.chown_thread_dirs:
+            return
+        uid, gid = self.options.uid, self.options.gid
+        for name in USER_DATA_DIRS:
+            top = layout.user_data_dir / name
+            try:
+                info = top.stat()
+                if (info.st_uid, info.st_gid) != (uid, gid):
+                    # First use by a container (or used by the local provider
+                    # before): hand the whole tree over once.
+                    _chown_tree(top, uid, gid)
+            except PermissionError:
+                log.warning(
+                    "cannot chown the thread dirs of %s to %d:%d; the container may not be "
+                    "able to write them (run as root or as that uid, or set user)",
+                    layout.key,
+                    uid,
+                    gid,
+                )
+                return
+
+    # -- agent channel ------------------------------------------------------------------
+
+    def _new_sandbox(self, box: _Box) -> DockerSandbox:
+        layout = ThreadLayout.for_key(self.settings, box.key)
+        limits = self.settings.limits.to_limits()
+        config = make_agent_config(
+            layout.identity_mapping(),
+            limits,
+            execute_enabled=self.options.execute_enabled,
+            secrets=self.settings.secret_values(),
+            scrubbed_env=tuple(self.settings.scrubbed_env),
+            rg_path=RG_PATH if self._payload().has_rg else None,
+        )
+        transport = StdioTransport(
+            lambda: self._open_stream(box), config, name=f"sandkit-docker-{box.key.sandbox_id}"
+        )
+        return DockerSandbox(box.key, transport, limits=limits)
+
+    def _open_stream(self, box: _Box) -> ByteStream:
+        """A fresh `agent.pyz --stdio` in the key's container (the transport's opener)."""
+        container_id = box.container_id
+        if container_id is None or box.dead:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE,
+                f"sandbox {box.key.sandbox_id} is not running; acquire it again",
+            )
+        argv = [self.options.python, "-I", AGENT_PATH, "--stdio"]
+        try:
+            stream = DockerExecStream.open(self.client, container_id, argv, user=self.options.user)
+        except docker.errors.NotFound:
+            box.dead = True
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE,
+                f"the container of sandbox {box.key.sandbox_id} is gone; acquire it again",
+            ) from None
+        except docker.errors.APIError as exc:
+            box.dead = True
+            if exc.status_code == 409:
+                raise SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    f"the container of sandbox {box.key.sandbox_id} is not running; "
+                    "acquire it again",
+                ) from None
+            raise engine_error(exc, "starting the agent") from None
+        except Exception as exc:
+            box.dead = True
+            raise engine_error(exc, "starting the agent") from None
+        box.stream = stream
+        return stream
+
+    # -- reaper -----------------------------------------------------------------------
+
+    def _start_reaper(self) -> None:
+        interval = self.options.reap_interval_s
+        if not interval or (self._reaper is not None and self._reaper.is_alive()):
+            return
+        with self._lock:
+            if self._reaper is not None and self._reaper.is_alive():
+                return
+            self._reaper_stop = threading.Event()
+            self._reaper = threading.Thread(
+                target=self._reap_loop,
+                args=(self._reaper_stop, interval),
+                name="sandkit-docker-reaper",
+                daemon=True,
+            )
+            self._reaper.start()
+
+    def _reap_loop(self, stop: threading.Event, interval: float) -> None:
+        while not stop.wait(interval):
+            try:
+                reaped = self.reap_idle(self.settings.idle_timeout_s)
+            except Exception:  # keep reaping; the engine may be back next time
+                log.exception("idle reaper failed")
+                continue
+            if reaped:
+                log.info("released %d idle sandbox(es)", len(reaped))
+
+
+def _running(attrs: dict[str, Any]) -> bool:
+    state = attrs.get("State") or {}
+    return bool(state.get("Running")) and not state.get("Paused") and not state.get("Restarting")
+
+
+def _split_image(image: str) -> tuple[str, str]:
+    if "@" in image:
+        repository, digest = image.split("@", 1)
+        return repository, digest
+    name, _, tag = image.rpartition(":")
+    if name and "/" not in tag:
+        return name, tag
+    return image, "latest"
+
+
+def _chown_tree(top: Path, uid: int, gid: int) -> None:
+    os.chown(top, uid, gid, follow_symlinks=False)
+    for root, dirs, files in os.walk(top):
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)

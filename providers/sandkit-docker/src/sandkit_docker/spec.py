@@ -1,0 +1,110 @@
+"""The container a key gets: name, labels, mounts and hardening, as create() kwargs.
+
+The spec is hashed into a label, so a container created under other settings
+(another image, other limits or mounts) is recreated instead of adopted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from docker.types import Mount as DockerMount
+
+from sandkit.paths import ThreadLayout
+from sandkit.provider import SandboxKey
+from sandkit.runtime.pathmap import WORKSPACE
+
+from .options import DockerOptions
+from .payload import AGENT_DIR
+
+LABEL_SANDBOX_ID = "sandkit.sandbox-id"
+LABEL_USER = "sandkit.user"
+LABEL_THREAD = "sandkit.thread"
+LABEL_OWNER = "sandkit.owner"
+LABEL_SPEC = "sandkit.spec"
+LABEL_AGENT = "sandkit.agent"
+
+
+def container_name(options: DockerOptions, key: SandboxKey) -> str:
+    # The owner is part of the name: two deployments on one engine never collide.
+    return f"{options.owner}-{key.sandbox_id}"
+
+
+def owner_filter(options: DockerOptions) -> dict[str, str]:
+    return {"label": f"{LABEL_OWNER}={options.owner}"}
+
+
+def create_kwargs(
+    options: DockerOptions, layout: ThreadLayout, agent_digest: str
+) -> dict[str, Any]:
+    """Everything `client.containers.create` needs for `layout.key`."""
+    key = layout.key
+    mounts = [
+        DockerMount(target=m.virtual, source=m.real, type="bind", read_only=m.read_only)
+        for m in layout.mounts
+    ]
+    # The agent lives in an anonymous volume: writable for put_archive even when
+    # the root filesystem is read-only, root-owned so the sandbox user cannot
+    # replace it, and gone with the container (remove(v=True)).
+    mounts.append(DockerMount(target=AGENT_DIR, source=None, type="volume"))
+    host_config: dict[str, Any] = {
+        "user": options.user,
+        "mounts": mounts,
+        "init": options.init,
+        "cap_drop": list(options.cap_drop) or None,
+        "cap_add": list(options.cap_add) or None,
+        "security_opt": list(options.security_opt) or None,
+        "network_mode": options.network_mode,
+        "read_only": options.read_only_rootfs,
+        "tmpfs": dict(options.tmpfs) or None,
+        "mem_limit": options.mem_limit,
+        # Equal to mem_limit: no swap, so the memory limit is a real limit.
+        "memswap_limit": options.mem_limit,
+        "nano_cpus": int(options.cpus * 1e9) or None,
+        "pids_limit": options.pids_limit or None,
+        "runtime": options.runtime,
+        "environment": dict(options.env),
+        "working_dir": WORKSPACE,
+    }
+    spec = {
+        "image": options.image,
+        "command": list(options.command),
+        **{k: _jsonable(v) for k, v in host_config.items()},
+    }
+    spec_hash = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    labels = {
+        **options.labels,
+        LABEL_SANDBOX_ID: key.sandbox_id,
+        LABEL_USER: key.user_id,
+        LABEL_THREAD: key.thread_id,
+        LABEL_OWNER: options.owner,
+        LABEL_SPEC: spec_hash,
+        LABEL_AGENT: agent_digest,
+    }
+    return {
+        "image": options.image,
+        "command": list(options.command),
+        "name": container_name(options, key),
+        "labels": labels,
+        "detach": True,
+        "stdin_open": False,
+        "tty": False,
+        **{k: v for k, v in host_config.items() if v is not None},
+    }
+
+
+def spec_hash(kwargs: dict[str, Any]) -> str:
+    labels: dict[str, str] = kwargs["labels"]
+    return labels[LABEL_SPEC]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)

@@ -1,0 +1,317 @@
+"""Lifecycle against a real engine: one box per key, adoption, reaping, dying, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandkit_docker.provider import DockerProvider
+from tests.docker_support import in_ci
+
+from sandkit import ErrorCode, SandboxError, SandboxKey, Settings, create_provider
+
+pytestmark = pytest.mark.docker
+
+Owned = Callable[[], list[Any]]
+
+
+def key(name: str) -> SandboxKey:
+    return SandboxKey("lifecycle", name)
+
+
+def containers_of(docker_client: Any, k: SandboxKey) -> list[Any]:
+    return list(
+        docker_client.containers.list(
+            all=True, filters={"label": f"sandkit.sandbox-id={k.sandbox_id}"}
+        )
+    )
+
+
+def host_file(data_root: Path, k: SandboxKey, rel: str) -> Path:
+    return data_root / "users" / k.user_id / "threads" / k.thread_id / "user-data" / rel
+
+
+def test_parallel_acquires_of_one_key_make_one_container(
+    provider: DockerProvider, owned: Owned
+) -> None:
+    with ThreadPoolExecutor(20) as pool:
+        boxes = list(pool.map(lambda _: provider.acquire(key("parallel")), range(20)))
+    assert len({id(b) for b in boxes}) == 1
+    assert len(owned()) == 1
+    assert boxes[0].execute("echo ok").stdout == "ok\n"
+
+
+def test_parallel_acquires_from_two_providers_adopt_one_container(
+    make_provider: Callable[..., DockerProvider], owned: Owned, docker_client: Any
+) -> None:
+    # Two instances with one owner stand in for two processes of one deployment:
+    # the loser of the name race (409) adopts the winner's container.
+    first, second = make_provider(), make_provider()
+    k = key("two-processes")
+    with ThreadPoolExecutor(20) as pool:
+        boxes = list(pool.map(lambda i: (first if i % 2 else second).acquire(k), range(20)))
+    assert len(owned()) == 1
+    for box in boxes:
+        assert box.execute("echo ok").stdout == "ok\n"
+    assert len(containers_of(docker_client, k)) == 1
+
+
+def test_acquire_is_idempotent_and_get_does_not_create(
+    provider: DockerProvider, owned: Owned
+) -> None:
+    assert provider.get(key("idem")) is None
+    assert owned() == []
+    box = provider.acquire(key("idem"))
+    assert provider.acquire(key("idem")) is box
+    assert provider.get(key("idem")) is box
+    assert len(owned()) == 1
+
+
+def test_a_new_provider_adopts_the_running_container(
+    make_provider: Callable[..., DockerProvider], docker_client: Any, data_root: Path
+) -> None:
+    k = key("adopt")
+    first = make_provider()
+    first.acquire(k).write_file("kept.txt", "from the first provider\n")
+    (before,) = containers_of(docker_client, k)
+    started = before.attrs["State"]["StartedAt"]
+
+    second = make_provider()  # a restarted process: empty memory, same owner
+    assert second.get(k) is not None, "get() should find the running container"
+    box = second.acquire(k)
+    assert box.read_file("kept.txt").content == "from the first provider\n"
+    (after,) = containers_of(docker_client, k)
+    after.reload()
+    assert after.id == before.id
+    assert after.attrs["State"]["StartedAt"] == started, "adoption must not restart it"
+
+
+def test_owners_do_not_adopt_each_others_boxes(
+    make_provider: Callable[..., DockerProvider], docker_client: Any, owner: str
+) -> None:
+    k = key("owners")
+    ours = make_provider()
+    theirs = make_provider(owner=owner + "-other")
+    ours.acquire(k)
+    theirs.acquire(k)
+    assert len(containers_of(docker_client, k)) == 2
+    theirs.shutdown()
+    (left,) = containers_of(docker_client, k)
+    assert left.labels["sandkit.owner"] == owner
+    assert left.status == "running"
+
+
+def test_release_stops_and_the_next_acquire_resumes_with_the_files(
+    provider: DockerProvider, docker_client: Any
+) -> None:
+    k = key("release")
+    held = provider.acquire(k)
+    held.write_file("state.txt", "before release\n")
+    provider.release(k)
+    (container,) = containers_of(docker_client, k)
+    assert container.status == "exited"
+    assert provider.get(k) is None
+    with pytest.raises(SandboxError) as info:
+        held.read_file("state.txt")
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    again = provider.acquire(k)
+    assert again.read_file("state.txt").content == "before release\n"
+    (container,) = containers_of(docker_client, k)
+    assert container.status == "running"
+
+
+def test_destroy_removes_the_container_but_not_the_data(
+    provider: DockerProvider, docker_client: Any, data_root: Path
+) -> None:
+    k = key("destroy")
+    provider.acquire(k).write_file("survivor.txt", "still here\n")
+    provider.destroy(k)
+    assert containers_of(docker_client, k) == []
+    assert host_file(data_root, k, "workspace/survivor.txt").read_text() == "still here\n"
+    assert provider.acquire(k).read_file("survivor.txt").content == "still here\n"
+
+
+def test_shutdown_leaves_no_container_of_the_owner(provider: DockerProvider, owned: Owned) -> None:
+    for name in ("a", "b", "c"):
+        provider.acquire(key(f"shutdown-{name}"))
+    provider.release(key("shutdown-b"))
+    assert len(owned()) == 3
+    provider.shutdown()
+    assert owned() == []
+
+
+def test_shutdown_cleans_up_after_a_crashed_instance(
+    make_provider: Callable[..., DockerProvider], owned: Owned
+) -> None:
+    crashed = make_provider()
+    crashed.acquire(key("orphan"))  # never shut down: its process "died"
+    fresh = make_provider()
+    fresh.shutdown()
+    assert owned() == []
+
+
+def test_reap_idle_releases_only_idle_boxes(provider: DockerProvider, docker_client: Any) -> None:
+    idle, busy = key("idle"), key("busy")
+    provider.acquire(idle)
+    busy_box = provider.acquire(busy)
+    time.sleep(0.3)
+    running = threading.Thread(target=busy_box.execute, args=("sleep 2",))
+    running.start()
+    time.sleep(0.3)
+    try:
+        assert provider.reap_idle(0.2) == [idle]
+    finally:
+        running.join()
+    assert containers_of(docker_client, idle)[0].status == "exited"
+    assert containers_of(docker_client, busy)[0].status == "running"
+    assert provider.reap_idle(60) == []
+
+
+def test_background_reaper_uses_idle_timeout(
+    make_provider: Callable[..., DockerProvider], docker_client: Any
+) -> None:
+    provider = make_provider({"idle_timeout_s": 0.5}, reap_interval_s=0.2)
+    k = key("reaper")
+    provider.acquire(k)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if containers_of(docker_client, k)[0].status == "exited":
+            break
+        time.sleep(0.2)
+    assert containers_of(docker_client, k)[0].status == "exited"
+    assert provider.get(k) is None
+
+
+def test_container_killed_mid_operation(provider: DockerProvider, docker_client: Any) -> None:
+    k = key("killed")
+    box = provider.acquire(k)
+    box.write_file("precious.txt", "intact\n")
+    errors: list[BaseException] = []
+
+    def long_command() -> None:
+        try:
+            box.execute("sleep 30", timeout=60)
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=long_command)
+    worker.start()
+    time.sleep(0.5)
+    containers_of(docker_client, k)[0].kill()
+    worker.join(20)
+    assert not worker.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], SandboxError)
+    assert errors[0].code is ErrorCode.UNAVAILABLE
+    # Until acquired again the box stays unavailable; it is never silently revived.
+    with pytest.raises(SandboxError) as info:
+        box.read_file("precious.txt")
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    again = provider.acquire(k)
+    assert again.read_file("precious.txt").content == "intact\n"
+    assert again.execute("echo back").stdout == "back\n"
+    # The handle held from before works again too: it follows the key's container.
+    assert box.read_file("precious.txt").content == "intact\n"
+
+
+def test_container_removed_behind_our_back_is_recreated_with_the_files(
+    provider: DockerProvider, docker_client: Any, data_root: Path
+) -> None:
+    k = key("removed")
+    box = provider.acquire(k)
+    box.write_file("precious.txt", "intact\n")
+    old_id = containers_of(docker_client, k)[0].id
+    containers_of(docker_client, k)[0].remove(force=True, v=True)
+    with pytest.raises(SandboxError) as info:
+        box.read_file("precious.txt")
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    again = provider.acquire(k)
+    assert again.read_file("precious.txt").content == "intact\n"
+    (new,) = containers_of(docker_client, k)
+    assert new.id != old_id
+
+
+def test_changed_settings_recreate_the_container(
+    make_provider: Callable[..., DockerProvider], docker_client: Any
+) -> None:
+    k = key("respec")
+    make_provider(pids_limit=200).acquire(k).write_file("x.txt", "x\n")
+    (old,) = containers_of(docker_client, k)
+    box = make_provider(pids_limit=300).acquire(k)
+    (new,) = containers_of(docker_client, k)
+    assert new.id != old.id
+    assert new.attrs["HostConfig"]["PidsLimit"] == 300
+    assert box.read_file("x.txt").content == "x\n"
+
+
+def test_async_operations(provider: DockerProvider) -> None:
+    box = provider.acquire(key("async"))
+
+    async def run() -> list[str]:
+        await box.awrite_file("a.txt", "async\n")
+        results = await asyncio.gather(*(box.aread_file("a.txt") for _ in range(20)))
+        return [r.content for r in results]
+
+    assert asyncio.run(run()) == ["async\n"] * 20
+
+
+def test_max_running_is_capacity(make_provider: Callable[..., DockerProvider]) -> None:
+    provider = make_provider(max_running=1)
+    provider.acquire(key("cap-1"))
+    with pytest.raises(SandboxError) as info:
+        provider.acquire(key("cap-2"))
+    assert info.value.code is ErrorCode.CAPACITY
+    provider.release(key("cap-1"))
+    provider.acquire(key("cap-2"))
+
+
+def test_missing_image_is_unavailable_and_says_so(
+    make_provider: Callable[..., DockerProvider], owned: Owned
+) -> None:
+    provider = make_provider(image="sandkit/does-not-exist:never", pull="never")
+    with pytest.raises(SandboxError) as info:
+        provider.acquire(key("no-image"))
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    assert "sandkit/does-not-exist:never" in info.value.message
+    assert owned() == []
+
+
+def test_unreachable_engine_is_unavailable(tmp_path: Path) -> None:
+    settings = Settings(
+        data_root=tmp_path,
+        providers={"docker": {"docker_host": "unix:///nonexistent/sandkit-test.sock"}},
+    )
+    provider = DockerProvider(settings)
+    with pytest.raises(SandboxError) as info:
+        provider.acquire(key("no-engine"))
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    assert "unreachable" in info.value.message
+
+
+def test_missing_custom_mount_source_names_only_the_virtual_path(
+    make_provider: Callable[..., DockerProvider], tmp_path: Path
+) -> None:
+    gone = tmp_path / "not-there"
+    provider = make_provider({"mounts": [{"virtual": "/data/gone", "host": gone}]})
+    with pytest.raises(SandboxError) as info:
+        provider.acquire(key("bad-mount"))
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    assert "/data/gone" in info.value.message
+    assert str(gone) not in info.value.message
+
+
+def test_registered_as_the_docker_entry_point(image: str, tmp_path: Path) -> None:
+    from sandkit.provider import available_providers
+
+    if "docker" not in available_providers():
+        reason = "sandkit-docker is not installed (pip install -e providers/sandkit-docker)"
+        if in_ci():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    provider = create_provider("docker", Settings(data_root=tmp_path))
+    assert isinstance(provider, DockerProvider)

@@ -1,0 +1,171 @@
+"""Parts that need no engine: options, the container spec, the exec-stream demultiplexer."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sandkit_docker.options import DockerOptions
+from sandkit_docker.spec import create_kwargs
+from sandkit_docker.stream import DockerExecStream
+
+from sandkit import ErrorCode, SandboxError, SandboxKey, Settings
+from sandkit.paths import ThreadLayout
+
+
+def frame(kind: int, payload: bytes) -> bytes:
+    return struct.pack(">BxxxL", kind, len(payload)) + payload
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[DockerExecStream, socket.socket]]:
+    ours, engine = socket.socketpair()
+    stream = DockerExecStream(ours)
+    yield stream, engine
+    stream.close()
+    engine.close()
+
+
+def test_stdout_is_demultiplexed_and_stderr_kept(
+    pair: tuple[DockerExecStream, socket.socket],
+) -> None:
+    stream, engine = pair
+    engine.sendall(frame(1, b"hel") + frame(2, b"oops\n") + frame(1, b"lo\n") + frame(1, b""))
+    engine.shutdown(socket.SHUT_WR)
+    data = b""
+    while chunk := stream.read():
+        data += chunk
+    assert data == b"hello\n"
+    assert stream.stderr_tail() == "oops\n"
+    assert stream.at_eof
+
+
+def test_headers_and_payloads_split_anywhere(
+    pair: tuple[DockerExecStream, socket.socket],
+) -> None:
+    stream, engine = pair
+    wire = frame(1, b"a" * 1000) + frame(2, b"e") + frame(1, b"b" * 70000)
+
+    def dribble() -> None:
+        for i in range(0, len(wire), 7):
+            engine.sendall(wire[i : i + 7])
+        engine.shutdown(socket.SHUT_WR)
+
+    sender = threading.Thread(target=dribble)
+    sender.start()
+    data = b""
+    while chunk := stream.read(4096):
+        assert len(chunk) <= 4096
+        data += chunk
+    sender.join()
+    assert data == b"a" * 1000 + b"b" * 70000
+
+
+def test_write_reaches_the_peer_and_close_half_closes(
+    pair: tuple[DockerExecStream, socket.socket],
+) -> None:
+    stream, engine = pair
+    stream.write(b"request\n")
+    assert engine.recv(100) == b"request\n"
+    stream.close()
+    assert engine.recv(100) == b""  # the engine sees EOF: the agent's stdin closes
+    with pytest.raises(EOFError):
+        stream.write(b"more")
+    assert stream.read() == b""
+
+
+def test_close_unblocks_a_waiting_reader(pair: tuple[DockerExecStream, socket.socket]) -> None:
+    stream, _engine = pair
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(stream.read()))
+    reader.start()
+    stream.close()
+    reader.join(5)
+    assert got == [b""]
+
+
+def test_stderr_tail_is_bounded(pair: tuple[DockerExecStream, socket.socket]) -> None:
+    stream, engine = pair
+    sender = threading.Thread(
+        target=lambda: (
+            engine.sendall(frame(2, b"x" * 200_000) + frame(2, b"END")),
+            engine.shutdown(socket.SHUT_WR),
+        )
+    )
+    sender.start()
+    assert stream.read() == b""
+    sender.join()
+    tail = stream.stderr_tail()
+    assert tail.endswith("END") and len(tail) <= 64 * 1024
+
+
+# -- options -------------------------------------------------------------------------
+
+
+def test_defaults_are_hardened() -> None:
+    options = DockerOptions()
+    assert options.image == "python:3.12-slim"
+    assert (options.uid, options.gid) == (1000, 1000)
+    assert options.network_mode == "none"
+    assert options.read_only_rootfs and options.init
+    assert options.cap_drop == ["ALL"]
+    assert options.security_opt == ["no-new-privileges"]
+    assert options.pids_limit > 0 and options.cpus > 0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"user": "0:0"},
+        {"user": "root"},
+        {"user": "1000"},
+        {"owner": "has space"},
+        {"owner": "-leading-dash"},
+        {"no_such_option": 1},
+        {"pull": "sometimes"},
+        {"command": []},
+    ],
+    ids=repr,
+)
+def test_bad_options_are_invalid_argument(options: dict[str, object], tmp_path: Path) -> None:
+    settings = Settings(data_root=tmp_path, providers={"docker": options})
+    with pytest.raises(SandboxError) as info:
+        DockerOptions.from_settings(settings)
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_root_only_when_explicitly_allowed() -> None:
+    assert DockerOptions(user="0:0", allow_root=True).uid == 0
+
+
+def test_spec_mounts_thread_dirs_at_the_virtual_paths(tmp_path: Path) -> None:
+    skills = tmp_path / "skills"
+    settings = Settings(
+        data_root=tmp_path / "data",
+        skills_dir=skills,
+        mounts=[{"virtual": "/data/ref", "host": tmp_path / "ref", "read_only": False}],
+    )
+    key = SandboxKey("u", "t")
+    spec = create_kwargs(DockerOptions(owner="prod"), ThreadLayout.for_key(settings, key), "d1")
+    mounts = {m["Target"]: (m["Source"], m["ReadOnly"]) for m in spec["mounts"]}
+    user_data = tmp_path / "data/users/u/threads/t/user-data"
+    assert mounts["/mnt/user-data/workspace"] == (str(user_data / "workspace"), False)
+    assert mounts["/mnt/user-data/outputs"] == (str(user_data / "outputs"), False)
+    assert mounts["/mnt/user-data/uploads"] == (str(user_data / "uploads"), True)
+    assert mounts["/mnt/skills"] == (str(skills), True)
+    assert mounts["/data/ref"] == (str(tmp_path / "ref"), False)
+    assert spec["name"] == f"prod-{key.sandbox_id}"
+    assert spec["labels"]["sandkit.owner"] == "prod"
+
+
+def test_spec_hash_changes_with_the_settings(tmp_path: Path) -> None:
+    layout = ThreadLayout.for_key(Settings(data_root=tmp_path), SandboxKey("u", "t"))
+    a = create_kwargs(DockerOptions(), layout, "d1")["labels"]["sandkit.spec"]
+    b = create_kwargs(DockerOptions(pids_limit=99), layout, "d1")["labels"]["sandkit.spec"]
+    c = create_kwargs(DockerOptions(), layout, "d2")["labels"]["sandkit.spec"]
+    assert a != b
+    assert a == c, "a new agent is copied in, not a reason to recreate the container"
