@@ -1,0 +1,1 @@
+"""Tests for sandkit; a package so `tests.conformance` can be imported by providers' tests."""
