@@ -10,6 +10,7 @@ bounds — comes from the same runtime code as the local provider.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -58,10 +59,14 @@ class RemoteSandbox(CallingSandbox):
         """Seconds the client waits for `method` before giving up with TIMEOUT."""
         if method != "execute":
             return self.op_timeout_s
-        timeout = params.get("timeout")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            timeout = self.limits.exec_default_timeout_s
-        return min(float(timeout), self.limits.exec_max_timeout_s) + self.margin_s
+        given = params.get("timeout")
+        timeout = self.limits.exec_default_timeout_s
+        # A timeout the agent will refuse (NaN, negative, a string) still needs
+        # a sane deadline for the round trip that brings the refusal back.
+        if isinstance(given, (int, float)) and not isinstance(given, bool):
+            if not math.isnan(given) and given > 0:
+                timeout = float(given)
+        return min(timeout, self.limits.exec_max_timeout_s) + self.margin_s
 
     def _check_open(self) -> None:
         if self._closed:

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     from .preflight import error_frame, missing_module, problem
 
-    trouble = problem()
+    trouble = problem(http="--http" in args)
     if trouble is None:
         try:
             from ..runtime import service  # noqa: F401
@@ -79,7 +79,7 @@ def _run(args: list[str]) -> int:
 
 
 def _serve_http(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from .http_carrier import serve_http
+    from .http_carrier import MIN_TOKEN_CHARS, serve_http
     from .server import AgentCore, log
 
     host, _, port_text = options.http.rpartition(":")
@@ -95,6 +95,9 @@ def _serve_http(parser: argparse.ArgumentParser, options: argparse.Namespace) ->
             token = _read_file(options.token_file, options.keep_files).strip()
         if not token:
             log("no token, no service: set $%s or pass --token-file" % TOKEN_ENV)
+            return EXIT_BAD_CONFIG
+        if len(token) < MIN_TOKEN_CHARS:
+            log("the bearer token must have at least %d characters" % MIN_TOKEN_CHARS)
             return EXIT_BAD_CONFIG
         import json
 

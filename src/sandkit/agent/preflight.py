@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 
-# Everything the agent and the runtime import from the standard library.
+# What the agent and the runtime import from the standard library; the HTTP
+# carrier's modules are only needed (and only checked) with --http.
 REQUIRED = (
     "argparse",
     "base64",
@@ -19,8 +20,6 @@ REQUIRED = (
     "enum",
     "errno",
     "fnmatch",
-    "hmac",
-    "http.server",
     "inspect",
     "json",
     "os",
@@ -30,7 +29,6 @@ REQUIRED = (
     "select",
     "shutil",
     "signal",
-    "socketserver",
     "stat",
     "subprocess",
     "tempfile",
@@ -39,11 +37,16 @@ REQUIRED = (
     "traceback",
     "typing",
 )
+REQUIRED_HTTP = ("hmac", "http.server", "socketserver")
 MIN_PYTHON = (3, 9)
 
 
-def problem() -> str | None:
-    """A sentence saying what is missing, or None when all is there."""
+def problem(http: bool = False) -> str | None:
+    """A sentence saying what is missing, or None when all is there.
+
+    Modules are located (find_spec), not imported: the check costs almost
+    nothing on a healthy interpreter.
+    """
     if sys.version_info < MIN_PYTHON:
         return "the sandkit agent needs python3 >= %d.%d; %s is %s" % (
             MIN_PYTHON[0],
@@ -51,12 +54,14 @@ def problem() -> str | None:
             sys.executable or "python3",
             sys.version.split()[0],
         )
-    import importlib
+    import importlib.util
 
-    for name in REQUIRED:
+    for name in REQUIRED + (REQUIRED_HTTP if http else ()):
         try:
-            importlib.import_module(name)
-        except ImportError:
+            found = importlib.util.find_spec(name) is not None
+        except ImportError:  # a missing parent package (e.g. no `concurrent`)
+            found = False
+        if not found:
             return missing_module(name)
     return None
 

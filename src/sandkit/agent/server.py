@@ -231,7 +231,7 @@ class AgentCore:
         if method == "info":
             return self.info()
         if method not in self.operations:
-            raise SandboxError(ErrorCode.INVALID_ARGUMENT, "unknown method %r" % method[:100])
+            raise SandboxError(ErrorCode.INVALID_ARGUMENT, "unknown operation %r" % method)
         runtime = self._runtime
         if runtime is None:
             raise _NotInitialized()

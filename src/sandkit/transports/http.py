@@ -14,6 +14,7 @@ import contextlib
 import http.client
 import itertools
 import json
+import socket
 import ssl
 import threading
 import time
@@ -166,6 +167,8 @@ class HttpTransport(Transport):
                 if conn.sock is None:
                     conn.timeout = max(min(self.connect_timeout, deadline - time.monotonic()), 1e-3)
                     conn.connect()
+                    if isinstance(conn.sock, socket.socket):
+                        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError as exc:  # refused, unreachable, or no answer to connect
                 conn.close()
                 if attempt == 1 and time.monotonic() < deadline:

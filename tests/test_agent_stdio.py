@@ -1,0 +1,177 @@
+"""The agent's stdio carrier spoken to raw: what any client may send, and what comes back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandkit.agent import protocol as p
+from sandkit.agent.server import AgentCore
+from sandkit.runtime.limits import MIB
+from sandkit.transports.local_process import SubprocessStream, agent_command
+
+from .remote_support import config_of, make_context, make_mapping
+
+
+class Raw:
+    """A bare connection to `agent.pyz --stdio`."""
+
+    def __init__(self) -> None:
+        self.stream = SubprocessStream(agent_command())
+        self.reader = p.FrameReader(self.stream.read, 64 * MIB)
+
+    def send(self, data: bytes) -> None:
+        self.stream.write(data)
+
+    def request(self, request_id: Any, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(json.dumps(message).encode() + b"\n")
+
+    def receive(self) -> dict[str, Any]:
+        frame = self.reader.next()
+        assert isinstance(frame, bytes), frame
+        message: dict[str, Any] = json.loads(frame)
+        return message
+
+    def ask(self, request_id: Any, method: str, params: Any = None) -> dict[str, Any]:
+        self.request(request_id, method, params)
+        return self.receive()
+
+
+@pytest.fixture
+def raw() -> Iterator[Raw]:
+    connection = Raw()
+    try:
+        yield connection
+    finally:
+        connection.stream.close()
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> dict[str, Any]:
+    (tmp_path / "workspace").mkdir(exist_ok=True)
+    (tmp_path / "workspace" / "a.txt").write_text("alpha\n")
+    return config_of(make_context(make_mapping(tmp_path)))
+
+
+def code_of(message: dict[str, Any]) -> tuple[int, str]:
+    return message["error"]["code"], message["error"]["data"]["code"]
+
+
+def test_garbage_gets_errors_and_the_connection_survives(raw: Raw, config: Any) -> None:
+    raw.send(b"{this is not json\n")
+    reply = raw.receive()
+    assert reply["id"] is None and code_of(reply) == (-32700, "INVALID_ARGUMENT")
+    raw.send(b'{"jsonrpc":"2.0","id":5,"method":"ping"\n')  # truncated, id recoverable
+    assert raw.receive()["id"] == 5
+    raw.send(b"[1, 2]\n")
+    assert code_of(raw.receive()) == (-32600, "INVALID_ARGUMENT")
+    raw.send(b'"just a string"\n')
+    assert code_of(raw.receive()) == (-32600, "INVALID_ARGUMENT")
+    raw.send(b'{"jsonrpc":"1.0","id":6,"method":"ping"}\n')
+    assert code_of(raw.receive()) == (-32600, "INVALID_ARGUMENT")
+    raw.send(b'{"jsonrpc":"2.0","id":true,"method":"ping"}\n')
+    assert code_of(raw.receive()) == (-32600, "INVALID_ARGUMENT")
+    raw.send(b"\xff\xfe\n\n   \n")
+    assert code_of(raw.receive()) == (-32700, "INVALID_ARGUMENT")
+    assert raw.ask(7, "ping") == {"jsonrpc": "2.0", "id": 7, "result": {"pong": True}}
+    assert "result" in raw.ask(8, "initialize", config)
+    assert raw.ask("s", "read_file", {"path": "a.txt"})["result"]["content"] == "alpha\n"
+
+
+def test_operations_before_initialize_are_refused(raw: Raw, config: Any) -> None:
+    reply = raw.ask(1, "read_file", {"path": "a.txt"})
+    assert code_of(reply) == (-32002, "INVALID_ARGUMENT")
+    info = raw.ask(2, "info")["result"]
+    assert info["initialized"] is False
+    assert raw.ask(3, "initialize", config)["result"]["protocol_version"] == 1
+    assert code_of(raw.ask(4, "initialize", config)) == (-32000, "INVALID_ARGUMENT")
+    assert raw.ask(5, "info")["result"]["initialized"] is True
+
+
+def test_method_and_params_errors(raw: Raw, config: Any) -> None:
+    raw.ask(1, "initialize", config)
+    assert code_of(raw.ask(2, "frobnicate", {})) == (-32601, "INVALID_ARGUMENT")
+    assert code_of(raw.ask(3, "read_file", [1, 2])) == (-32602, "INVALID_ARGUMENT")
+    assert code_of(raw.ask(4, "read_file", {"path": "nope"})) == (-32000, "NOT_FOUND")
+    assert code_of(raw.ask(5, "write_bytes", {"path": "x", "data": {"$b64": "!!"}})) == (
+        -32000,
+        "INVALID_ARGUMENT",
+    )
+
+
+def test_bad_initialize_config_is_invalid_argument(raw: Raw) -> None:
+    assert code_of(raw.ask(1, "initialize", {"mapping": 3})) == (-32000, "INVALID_ARGUMENT")
+    assert raw.ask(2, "info")["result"]["initialized"] is False
+
+
+def test_an_oversized_frame_is_refused_with_its_id(raw: Raw, config: Any) -> None:
+    # Before initialize the limit is 4 MiB.
+    big = b'{"jsonrpc":"2.0","id":42,"method":"write_file","params":{"content":"'
+    raw.send(big + b"x" * (5 * MIB) + b'"}}\n')
+    reply = raw.receive()
+    assert reply["id"] == 42
+    assert code_of(reply) == (-32600, "TOO_LARGE")
+    assert raw.ask(43, "ping")["result"] == {"pong": True}
+
+
+def test_notifications_run_nothing_and_get_no_answer(raw: Raw, config: Any, tmp_path: Path) -> None:
+    raw.ask(1, "initialize", config)
+    note = {"jsonrpc": "2.0", "method": "write_file", "params": {"path": "n.txt", "content": "x"}}
+    raw.send(json.dumps(note).encode() + b"\n")
+    assert raw.ask(2, "ping")["id"] == 2  # the next frame is the ping's answer
+    assert not (tmp_path / "workspace" / "n.txt").exists()
+
+
+class ExplodingRuntime:
+    """Stands in for a runtime bug: raises what no operation should."""
+
+    def __init__(self, _context: Any) -> None:
+        pass
+
+    def call(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "read_file":
+            raise KeyError("/srv/host-secret/data/users/u/threads/t")
+        return {"not json": object()}
+
+
+def test_unexpected_failures_are_masked_internal_errors(config: Any) -> None:
+    core = AgentCore(
+        p.context_from_config(config),
+        runtime_factory=ExplodingRuntime,
+        operations=frozenset({"read_file", "list_dir"}),
+    )
+    for request_id, method in ((1, "read_file"), (2, "list_dir")):
+        request = core.parse({"jsonrpc": "2.0", "id": request_id, "method": method})
+        response = core.handle(request)
+        assert response is not None
+        reply = json.loads(core.encode(request, response))
+        assert reply["id"] == request_id
+        assert code_of(reply) == (-32603, "INTERNAL")
+        message = reply["error"]["data"]["message"]
+        assert method in message
+        assert "host-secret" not in message and "Traceback" not in message
+
+
+def test_commands_cannot_read_the_protocol_stream(raw: Raw, config: Any) -> None:
+    config["execute_enabled"] = True
+    raw.ask(1, "initialize", config)
+    # fd 0 of a command is /dev/null, not the agent's request pipe: `cat`
+    # ends at once and the next request still reaches the agent.
+    reply = raw.ask(2, "execute", {"command": "cat /dev/stdin; echo done", "timeout": 10})
+    assert reply["result"]["stdout"] == "done\n"
+    reply = raw.ask(3, "execute", {"command": "echo to-fd1 >&1; echo to-fd2 >&2"})
+    assert reply["result"]["stdout"] == "to-fd1\n"
+    assert raw.ask(4, "ping")["result"] == {"pong": True}
+
+
+def test_end_of_input_ends_the_agent(raw: Raw, config: Any) -> None:
+    raw.ask(1, "initialize", config)
+    raw.stream.process.stdin.close()  # type: ignore[union-attr]
+    assert raw.stream.process.wait(10) == 0
