@@ -27,6 +27,8 @@ from tests.docker_support import default_base_image, require_docker, require_ima
 
 from sandkit import Settings
 
+# Read before the ambient SANDKIT_* variables are cleared below.
+IMAGE_TAG = os.environ.get("SANDKIT_TEST_IMAGE") or default_base_image()
 SESSION = uuid.uuid4().hex[:10]
 SESSION_LABEL = "sandkit.test-session"
 TEST_OWNER = f"sandkit-test-{SESSION}"
@@ -34,12 +36,19 @@ TEST_OWNER = f"sandkit-test-{SESSION}"
 ProviderFactory = Callable[..., DockerProvider]
 
 
-def image_tag() -> str:
-    return os.environ.get("SANDKIT_TEST_IMAGE") or default_base_image()
-
-
 def session_containers(client: Any) -> list[Any]:
     return list(client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={SESSION}"}))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_ambient_configuration() -> Iterator[None]:
+    """A developer's SANDKIT_* variables or ./sandkit.yaml must not change test results."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name.startswith("SANDKIT_"):
+                patch.delenv(name)
+        patch.setenv("SANDKIT_CONFIG", os.devnull)
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -61,7 +70,7 @@ def docker_client() -> Any:
 
 @pytest.fixture(scope="session")
 def image(docker_client: Any) -> str:
-    tag = image_tag()
+    tag = IMAGE_TAG
     require_image(tag)
     return tag
 
@@ -77,6 +86,12 @@ def docker_options(image: str, **overrides: Any) -> dict[str, Any]:
     }
     options.update(overrides)
     return options
+
+
+@pytest.fixture(scope="session")
+def options_for(image: str) -> Callable[..., dict[str, Any]]:
+    """`docker_options` bound to the test image, for fixtures with a wider scope."""
+    return lambda **overrides: docker_options(image, **overrides)
 
 
 @pytest.fixture

@@ -23,10 +23,11 @@ import docker.errors
 
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
-from sandkit.paths import USER_DATA_DIRS, ThreadLayout
+from sandkit.paths import USER_DATA_DIRS, WORKSPACE, Mount, PathMapping, ThreadLayout
 from sandkit.provider import SandboxKey, SandboxProvider
 from sandkit.remote import RemoteSandbox
 from sandkit.remote import agent_config as make_agent_config
+from sandkit.runtime.pathmap import overlaps
 from sandkit.streams import ByteStream
 from sandkit.transports.stdio import StdioTransport
 
@@ -151,7 +152,12 @@ class DockerProvider(SandboxProvider):
                 if sandbox is not None and not sandbox.closed and box.looks_alive():
                     sandbox.last_used = time.monotonic()
                     return sandbox
-                self._ensure_running(box)
+                try:
+                    self._ensure_running(box)
+                except BaseException:
+                    if box.sandbox is None:
+                        self._forget(box)
+                    raise
                 if sandbox is None or sandbox.closed:
                     sandbox = self._new_sandbox(box)
                     box.sandbox = sandbox
@@ -485,7 +491,7 @@ class DockerProvider(SandboxProvider):
         layout = ThreadLayout.for_key(self.settings, box.key)
         limits = self.settings.limits.to_limits()
         config = make_agent_config(
-            layout.identity_mapping(),
+            agent_mapping(layout),
             limits,
             execute_enabled=self.options.execute_enabled,
             secrets=self.settings.secret_values(),
@@ -507,7 +513,11 @@ class DockerProvider(SandboxProvider):
             )
         argv = [self.options.python, "-I", AGENT_PATH, "--stdio"]
         try:
-            stream = DockerExecStream.open(self.client, container_id, argv, user=self.options.user)
+            # cwd "/": the agent's own cwd must not be a mount, or a symlink to
+            # /proc/self/cwd would resolve inside the jail.
+            stream = DockerExecStream.open(
+                self.client, container_id, argv, user=self.options.user, workdir="/"
+            )
         except docker.errors.NotFound:
             box.dead = True
             raise SandboxError(
@@ -556,6 +566,24 @@ class DockerProvider(SandboxProvider):
                 continue
             if reaped:
                 log.info("released %d idle sandbox(es)", len(reaped))
+
+
+def agent_mapping(layout: ThreadLayout) -> PathMapping:
+    """The jail inside the box: each mount at its virtual path.
+
+    The host paths behind the mounts are hidden roots: the kernel shows bind
+    mount sources in /proc/self/mountinfo, and masking turns them into
+    `[hidden]` in anything a command prints.
+    """
+    hidden = {str(layout.data_root)} | {m.real for m in layout.mounts}
+    # A host path that is also a virtual prefix (data_root=/mnt, say) cannot be
+    # masked without mangling the virtual paths themselves.
+    hidden = {h for h in hidden if not any(overlaps(h, m.virtual) for m in layout.mounts)}
+    return PathMapping(
+        [Mount(m.virtual, m.virtual, m.read_only) for m in layout.mounts],
+        WORKSPACE,
+        hidden_roots=sorted(hidden),
+    )
 
 
 def _running(attrs: dict[str, Any]) -> bool:

@@ -1,0 +1,248 @@
+"""Docker provider benchmarks: the agent over one exec socket vs. a fresh `docker exec`.
+
+    python3 bench/docker_bench.py [--image TAG] [--reads 500] [--execs 200] [--cold 10]
+
+Everything runs in one process against one engine, in the same run:
+
+- read_file of a small file through the agent vs. `container.exec_run(["cat", path])`;
+- execute("true") through the agent vs. `container.exec_run(["true"])`;
+- cold acquire (create + copy the agent in + start + first answer), p50 over --cold keys;
+- grep over a large tree (the image's Python standard library copied into the
+  workspace) through the agent vs. the same ripgrep run by `docker exec` in the
+  same container.
+
+Targets (issue 3): agent read p50 <= 2 ms and >= 20x faster than exec_run;
+cold acquire p50 <= 1 s; in-container grep <= 1.3x raw rg. Exit code 1 if one is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+for extra in (ROOT / "src", ROOT / "providers" / "sandkit-docker" / "src"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+from sandkit_docker.payload import RG_PATH  # noqa: E402
+from sandkit_docker.provider import DockerProvider  # noqa: E402
+
+from sandkit import SandboxKey, Settings  # noqa: E402
+
+WORKSPACE = "/mnt/user-data/workspace"
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {"p50": statistics.median(ordered), "p95": cuts[94], "n": len(ordered)}
+
+
+def timed(fn: Callable[[], Any], n: int, warmup: int = 3) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def ms(value: float) -> str:
+    return f"{value * 1000:.2f} ms"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--image",
+        default=os.environ.get("SANDKIT_TEST_IMAGE") or "sandkit/base:debian12",
+        help="image with python3 (default: SANDKIT_TEST_IMAGE or sandkit/base:debian12)",
+    )
+    parser.add_argument("--reads", type=int, default=500, help="agent read_file samples")
+    parser.add_argument("--execs", type=int, default=200, help="agent execute samples")
+    parser.add_argument("--raw", type=int, default=50, help="exec_run samples (slow)")
+    parser.add_argument("--cold", type=int, default=10, help="cold acquires")
+    parser.add_argument("--greps", type=int, default=15, help="grep samples per engine")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args()
+
+    owner = f"sandkit-bench-{uuid.uuid4().hex[:8]}"
+    data_root = Path(tempfile.mkdtemp(prefix="sandkit-bench-"))
+    settings = Settings(
+        data_root=data_root,
+        providers={
+            "docker": {"image": args.image, "pull": "never", "owner": owner, "reap_interval_s": 0}
+        },
+    )
+    provider = DockerProvider(settings)
+    results: dict[str, Any] = {"image": args.image}
+    try:
+        results.update(bench_cold(provider, args.cold))
+        results.update(bench_round_trips(provider, args))
+        results.update(bench_grep(provider, args.greps))
+    finally:
+        provider.shutdown()
+    report(results, args.json)
+    return 0 if all(results["targets"].values()) else 1
+
+
+def bench_cold(provider: DockerProvider, n: int) -> dict[str, Any]:
+    provider.acquire(SandboxKey("bench", "warm-up"))  # first use builds the agent payload
+    provider.destroy(SandboxKey("bench", "warm-up"))
+    samples = []
+    for i in range(n):
+        key = SandboxKey("bench", f"cold-{i}")
+        start = time.perf_counter()
+        provider.acquire(key)
+        samples.append(time.perf_counter() - start)
+        provider.destroy(key)
+    return {"cold_acquire": percentiles(samples)}
+
+
+def bench_round_trips(provider: DockerProvider, args: argparse.Namespace) -> dict[str, Any]:
+    key = SandboxKey("bench", "round-trips")
+    sb = provider.acquire(key)
+    sb.write_file("small.txt", "".join(f"line {i} of a small file\n" for i in range(20)))
+    container = provider.client.containers.get(provider.options.owner + "-" + key.sandbox_id)
+    path = f"{WORKSPACE}/small.txt"
+    user = provider.options.user
+
+    same = sb.read_file(path).content.encode()
+    assert container.exec_run(["cat", path], user=user).output == same
+    out: dict[str, Any] = {
+        "read_agent": percentiles(timed(lambda: sb.read_file(path), args.reads)),
+        "read_exec_run": percentiles(
+            timed(lambda: container.exec_run(["cat", path], user=user), args.raw)
+        ),
+        "execute_agent": percentiles(timed(lambda: sb.execute("true"), args.execs)),
+        "execute_exec_run": percentiles(
+            timed(lambda: container.exec_run(["true"], user=user), args.raw)
+        ),
+    }
+    return out
+
+
+def bench_grep(provider: DockerProvider, n: int) -> dict[str, Any]:
+    key = SandboxKey("bench", "grep")
+    sb = provider.acquire(key)
+    stdlib = sb.execute("python3 -c 'import sysconfig; print(sysconfig.get_path(\"stdlib\"))'")
+    source = stdlib.stdout.strip()
+    tree = f"{WORKSPACE}/stdlib"
+    copied = sb.execute(f"cp -r {source} {tree} && find {tree} -type f | wc -l", timeout=300)
+    assert copied.exit_code == 0, copied.stderr
+    files = int(copied.stdout.strip())
+    size = sb.execute(f"du -sm {tree} | cut -f1").stdout.strip()
+    container = provider.client.containers.get(provider.options.owner + "-" + key.sandbox_id)
+    user = provider.options.user
+    pattern = "def __init__"
+    # Same work on both sides: every file scanned, one count per file, case-insensitive.
+    raw_cmd = [
+        RG_PATH,
+        "--no-config",
+        "--count",
+        "--ignore-case",
+        "--hidden",
+        "-e",
+        pattern,
+        "--",
+        tree,
+    ]
+
+    def agent() -> Any:
+        return sb.grep(pattern, tree, output_mode="count", max_results=500)
+
+    def raw() -> Any:
+        return container.exec_run(raw_cmd, user=user)
+
+    agent_result = agent()
+    raw_result = raw()
+    assert raw_result.exit_code == 0, raw_result.output[:500]
+    raw_total = sum(int(line.rsplit(b":", 1)[1]) for line in raw_result.output.splitlines())
+    agent_total = sum(c.count for c in agent_result.counts)
+    agent_samples = timed(agent, n, warmup=2)
+    raw_samples = timed(raw, n, warmup=2)
+    # The command alone, without docker exec's ~50 ms set-up: timed inside the box.
+    inside = sb.execute(
+        "s=$(date +%s%N); " + " ".join(raw_cmd) + " >/dev/null; e=$(date +%s%N); "
+        "echo $(( (e - s) / 1000 ))"
+    )
+    return {
+        "grep_tree": {
+            "files": files,
+            "mib": size,
+            "pattern": pattern,
+            "matches_agent": agent_total,
+            "matches_rg": raw_total,
+            "files_agent": len(agent_result.counts),
+            "truncated_agent": agent_result.truncated,
+        },
+        "grep_agent": percentiles(agent_samples),
+        "grep_rg_docker_exec": percentiles(raw_samples),
+        "grep_rg_inside_once_s": int(inside.stdout.strip() or 0) / 1e6,
+    }
+
+
+def report(results: dict[str, Any], as_json: bool) -> None:
+    read_ratio = results["read_exec_run"]["p50"] / results["read_agent"]["p50"]
+    exec_ratio = results["execute_exec_run"]["p50"] / results["execute_agent"]["p50"]
+    grep_ratio = results["grep_agent"]["p50"] / results["grep_rg_docker_exec"]["p50"]
+    results["ratios"] = {
+        "read_exec_run_over_agent": read_ratio,
+        "execute_exec_run_over_agent": exec_ratio,
+        "grep_agent_over_rg": grep_ratio,
+    }
+    results["targets"] = {
+        "agent read p50 <= 2 ms": results["read_agent"]["p50"] <= 0.002,
+        "agent read >= 20x faster than exec_run": read_ratio >= 20,
+        "cold acquire p50 <= 1 s": results["cold_acquire"]["p50"] <= 1.0,
+        "in-container grep <= 1.3x raw rg": grep_ratio <= 1.3,
+    }
+    if as_json:
+        print(json.dumps(results, indent=2))
+        return
+    rows = [
+        ("read_file, small file: agent", "read_agent"),
+        ('exec_run(["cat", path])', "read_exec_run"),
+        ('execute("true"): agent', "execute_agent"),
+        ('exec_run(["true"])', "execute_exec_run"),
+        ("cold acquire", "cold_acquire"),
+        ("grep (count) over the tree: agent", "grep_agent"),
+        ("rg --count by docker exec", "grep_rg_docker_exec"),
+    ]
+    print(f"image: {results['image']}")
+    tree = results["grep_tree"]
+    print(
+        f"grep tree: {tree['files']} files, {tree['mib']} MiB, pattern {tree['pattern']!r}, "
+        f"matches agent={tree['matches_agent']} rg={tree['matches_rg']}"
+    )
+    print()
+    print("| measurement | p50 | p95 | n |")
+    print("|---|---|---|---|")
+    for label, name in rows:
+        r = results[name]
+        print(f"| {label} | {ms(r['p50'])} | {ms(r['p95'])} | {r['n']} |")
+    print()
+    print(f"exec_run / agent, read_file: {read_ratio:.0f}x; execute: {exec_ratio:.0f}x")
+    print(
+        f"agent grep / rg by docker exec: {grep_ratio:.2f}x "
+        f"(rg alone inside the box, once: {results['grep_rg_inside_once_s'] * 1000:.1f} ms)"
+    )
+    print()
+    for target, ok in results["targets"].items():
+        print(f"{'PASS' if ok else 'MISS'}  {target}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
