@@ -1,0 +1,591 @@
+"""What a grep pattern means, in forms both search engines can use.
+
+Python's `re` dialect is the contract. The pattern is parsed with `re`'s own
+parser and turned into:
+
+- a ripgrep (Rust regex) translation. Every single-character construct
+  (literal, `.`, class, `\\w`, case-insensitive letter, ...) becomes an
+  explicit class computed by running Python's own `re` over every code
+  point, so Unicode tables, case folding and `\\s`/`\\w`/`\\d` cannot differ
+  between the dialects. The translation is *exact* (ripgrep's per-line
+  verdict equals Python's) unless the pattern uses a construct Rust lacks or
+  defines differently (`\\b`, `\\B`, lookaround, backreferences, conditionals,
+  atomic groups, possessive repeats) or multiline mode is on; then it is a
+  *superset* and only picks candidate files for the Python scanner.
+- the "guarded" Python pattern used on text that is not valid UTF-8: every
+  character-consuming node refuses the surrogate escapes that stand for
+  undecodable bytes, which is exactly how ripgrep treats such bytes.
+- facts the Python scanner uses to go fast and stay bounded.
+
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+_parser: Any
+_c: Any
+try:
+    _parser = importlib.import_module("re._parser")
+    _c = importlib.import_module("re._constants")
+except ImportError:  # python < 3.11
+    _parser = importlib.import_module("sre_parse")
+    _c = importlib.import_module("sre_constants")
+
+LITERAL = _c.LITERAL
+NOT_LITERAL = _c.NOT_LITERAL
+ANY = _c.ANY
+IN = _c.IN
+AT = _c.AT
+BRANCH = _c.BRANCH
+SUBPATTERN = _c.SUBPATTERN
+MAX_REPEAT = _c.MAX_REPEAT
+MIN_REPEAT = _c.MIN_REPEAT
+POSSESSIVE_REPEAT = getattr(_c, "POSSESSIVE_REPEAT", object())
+ATOMIC_GROUP = getattr(_c, "ATOMIC_GROUP", object())
+GROUPREF = _c.GROUPREF
+GROUPREF_EXISTS = _c.GROUPREF_EXISTS
+ASSERT = _c.ASSERT
+ASSERT_NOT = _c.ASSERT_NOT
+CATEGORY = _c.CATEGORY
+RANGE = _c.RANGE
+NEGATE = _c.NEGATE
+MAXREPEAT = _c.MAXREPEAT
+
+_AT_PY = {
+    _c.AT_BEGINNING: "^",
+    _c.AT_BEGINNING_STRING: "\\A",
+    _c.AT_END: "$",
+    _c.AT_END_STRING: "\\Z",
+    _c.AT_BOUNDARY: "\\b",
+    _c.AT_NON_BOUNDARY: "\\B",
+}
+_CATEGORY_PY = {
+    _c.CATEGORY_DIGIT: "\\d",
+    _c.CATEGORY_NOT_DIGIT: "\\D",
+    _c.CATEGORY_SPACE: "\\s",
+    _c.CATEGORY_NOT_SPACE: "\\S",
+    _c.CATEGORY_WORD: "\\w",
+    _c.CATEGORY_NOT_WORD: "\\W",
+}
+_CHAR_OPS = (LITERAL, NOT_LITERAL, ANY, IN)
+_REPEATS = (MAX_REPEAT, MIN_REPEAT, POSSESSIVE_REPEAT)
+
+ICASE, M, S, X, A, U = int(re.I), int(re.M), int(re.S), int(re.X), int(re.A), int(re.U)
+_FLAG_LETTERS = ((ICASE, "i"), (M, "m"), (S, "s"), (A, "a"), (U, "u"))
+
+MAX_PATTERN_CHARS = 10000
+# Bounds for the translation; past them ripgrep is simply not used.
+MAX_SET_SCANS = 48
+MAX_RUST_CHARS = 100_000
+# Patterns up to this many nodes without repeats run in-process (bounded cost).
+SAFE_NODES = 16
+
+Ranges = Tuple[Tuple[int, int], ...]
+_ANY_NO_NL: Ranges = ((0, 9), (11, 0xD7FF), (0xE000, 0x10FFFF))
+_ANY_ALL: Ranges = ((0, 0xD7FF), (0xE000, 0x10FFFF))
+_SURROGATE_ESCAPES = "[\\U0000dc80-\\U0000dcff]"
+NEVER_RUST = "[^\\x{0}-\\x{10FFFF}]"
+
+
+class PatternError(ValueError):
+    """Not a valid pattern in Python's dialect (reported as INVALID_PATTERN)."""
+
+
+class _Untranslatable(Exception):
+    pass
+
+
+# -- exact character sets, computed by Python's re itself ------------------------
+
+_ALL: Optional[Tuple[str, str]] = None
+_SET_CACHE: Dict[Tuple[str, int], Ranges] = {}
+_ASCII_TABLES: Dict[int, Dict[int, Ranges]] = {}
+
+
+def _all_chars() -> Tuple[str, str]:
+    global _ALL
+    if _ALL is None:
+        _ALL = (
+            "".join(map(chr, range(0xD800))),
+            "".join(map(chr, range(0xE000, 0x110000))),
+        )
+    return _ALL
+
+
+def _set_flags(flags: int) -> int:
+    return flags & (ICASE | S | A)
+
+
+def scan_ranges(src: str, flags: int) -> Ranges:
+    """The code points (surrogates excluded) that the one-character regex `src` matches."""
+    key = (src, _set_flags(flags))
+    cached = _SET_CACHE.get(key)
+    if cached is not None:
+        return cached
+    rx = re.compile("(?:%s)+" % src, _set_flags(flags))
+    low, high = _all_chars()
+    ranges = [(m.start(), m.end() - 1) for m in rx.finditer(low)]
+    ranges += [(m.start() + 0xE000, m.end() - 1 + 0xE000) for m in rx.finditer(high)]
+    result = tuple(ranges)
+    if len(_SET_CACHE) > 512:
+        _SET_CACHE.clear()
+    _SET_CACHE[key] = result
+    return result
+
+
+def _ascii_table(flags: int) -> Dict[int, Ranges]:
+    """For each ASCII character, every code point it matches under `flags` (with IGNORECASE)."""
+    key = _set_flags(flags)
+    table = _ASCII_TABLES.get(key)
+    if table is not None:
+        return table
+    candidates = [
+        cp for lo, hi in scan_ranges("[\\x00-\\x7f]", key) for cp in range(lo, hi + 1)
+    ]
+    built: Dict[int, List[int]] = {c: [] for c in range(128)}
+    for c in range(128):
+        rx = re.compile(_py_char(c), key)
+        for cp in candidates:
+            if rx.fullmatch(chr(cp)):
+                built[c].append(cp)
+    table = {c: _to_ranges(cps) for c, cps in built.items()}
+    _ASCII_TABLES[key] = table
+    return table
+
+
+def _to_ranges(cps: Sequence[int]) -> Ranges:
+    out: List[Tuple[int, int]] = []
+    for cp in sorted(set(cps)):
+        if out and out[-1][1] + 1 == cp and cp != 0xE000:
+            out[-1] = (out[-1][0], cp)
+        else:
+            out.append((cp, cp))
+    return tuple(out)
+
+
+def _without(ranges: Ranges, cp: int) -> Ranges:
+    out: List[Tuple[int, int]] = []
+    for lo, hi in ranges:
+        if lo <= cp <= hi:
+            if lo < cp:
+                out.append((lo, cp - 1))
+            if cp < hi:
+                out.append((cp + 1, hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def _complement(ranges: Ranges) -> Ranges:
+    out: List[Tuple[int, int]] = []
+    nxt = 0
+    for lo, hi in sorted(ranges):
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = max(nxt, hi + 1)
+    if nxt <= 0x10FFFF:
+        out.append((nxt, 0x10FFFF))
+    return _minus_surrogates(tuple(out))
+
+
+def _minus_surrogates(ranges: Ranges) -> Ranges:
+    out: List[Tuple[int, int]] = []
+    for lo, hi in ranges:
+        if hi < 0xD800 or lo > 0xDFFF:
+            out.append((lo, hi))
+            continue
+        if lo < 0xD800:
+            out.append((lo, 0xD7FF))
+        if hi > 0xDFFF:
+            out.append((0xE000, hi))
+    return tuple(out)
+
+
+# -- Python source of single nodes ------------------------------------------------
+
+
+def _py_char(cp: int) -> str:
+    return "\\U%08x" % cp
+
+
+def _py_in_item(op: Any, av: Any) -> str:
+    if op is LITERAL:
+        return _py_char(av)
+    if op is RANGE:
+        return "%s-%s" % (_py_char(av[0]), _py_char(av[1]))
+    if op is CATEGORY:
+        return _CATEGORY_PY[av]
+    raise _Untranslatable(str(op))
+
+
+def py_char_node(op: Any, av: Any) -> str:
+    if op is LITERAL:
+        return _py_char(av)
+    if op is NOT_LITERAL:
+        return "[^%s]" % _py_char(av)
+    if op is ANY:
+        return "."
+    if op is IN:
+        negate = bool(av) and av[0][0] is NEGATE
+        items = av[1:] if negate else av
+        return "[" + ("^" if negate else "") + "".join(_py_in_item(o, a) for o, a in items) + "]"
+    raise _Untranslatable(str(op))
+
+
+def node_ranges(op: Any, av: Any, flags: int) -> Ranges:
+    """Exact set of code points one character node matches (surrogates excluded)."""
+    icase = bool(flags & ICASE)
+    if op is LITERAL:
+        if 0xD800 <= av <= 0xDFFF:
+            return ()
+        if not icase:
+            return ((av, av),)
+        if av < 128:
+            return _ascii_table(flags)[av]
+        return scan_ranges(_py_char(av), flags)
+    if op is ANY:
+        return _ANY_ALL if flags & S else _ANY_NO_NL
+    if op is NOT_LITERAL and not icase:
+        return _without(_ANY_ALL, av)
+    if op is IN and not icase:
+        negate = bool(av) and av[0][0] is NEGATE
+        items = av[1:] if negate else av
+        if all(o is LITERAL or o is RANGE for o, _ in items):
+            spans = [(a, a) if o is LITERAL else (a[0], a[1]) for o, a in items]
+            plain = _minus_surrogates(_to_ranges_spans(spans))
+            return _complement(plain) if negate else plain
+    return scan_ranges(py_char_node(op, av), flags)
+
+
+def _to_ranges_spans(spans: Sequence[Tuple[int, int]]) -> Ranges:
+    out: List[Tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+# -- Rust emission ----------------------------------------------------------------
+
+
+def _rs_char(cp: int) -> str:
+    ch = chr(cp)
+    if ch.isalnum() and (cp < 128 or cp > 0xFF):
+        return ch
+    return "\\x{%X}" % cp
+
+
+def rust_class(ranges: Ranges) -> str:
+    if not ranges:
+        return NEVER_RUST
+    if ranges == _ANY_NO_NL:
+        return "."
+    if ranges == _ANY_ALL:
+        return "(?s:.)"
+    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        return _rs_char(ranges[0][0])
+    parts = []
+    for lo, hi in ranges:
+        if lo == hi:
+            parts.append(_rs_char(lo))
+        elif hi == lo + 1:
+            parts.append(_rs_char(lo) + _rs_char(hi))
+        else:
+            parts.append("%s-%s" % (_rs_char(lo), _rs_char(hi)))
+    return "[" + "".join(parts) + "]"
+
+
+def _quantifier(lo: int, hi: Any) -> str:
+    if hi is MAXREPEAT or hi == MAXREPEAT:
+        if lo == 0:
+            return "*"
+        if lo == 1:
+            return "+"
+        return "{%d,}" % lo
+    if lo == 0 and hi == 1:
+        return "?"
+    if lo == hi:
+        return "{%d}" % lo
+    return "{%d,%d}" % (lo, hi)
+
+
+class _RustEmitter:
+    """Python AST -> Rust regex; `exact` drops to False on any approximation."""
+
+    def __init__(self, multiline: bool) -> None:
+        self.multiline = multiline
+        self.exact = not multiline
+        self.groups: Dict[int, str] = {}
+        self.scanned: Set[Tuple[Any, Any, int]] = set()
+
+    def seq(self, items: Any, flags: int) -> str:
+        return "".join(self.node(op, av, flags) for op, av in items)
+
+    def chars(self, op: Any, av: Any, flags: int) -> str:
+        if op is not ANY and (flags & ICASE or op is not LITERAL):
+            self.scanned.add((op, repr(av), flags & (ICASE | S | A)))
+            if len(self.scanned) > MAX_SET_SCANS:
+                raise _Untranslatable("too many distinct character classes")
+        ranges = node_ranges(op, av, flags)
+        if not self.multiline:
+            ranges = _without(ranges, 10)
+        return rust_class(ranges)
+
+    def node(self, op: Any, av: Any, flags: int) -> str:
+        if op in _CHAR_OPS:
+            return self.chars(op, av, flags)
+        if op is BRANCH:
+            return "(?:" + "|".join(self.seq(alt, flags) for alt in av[1]) + ")"
+        if op is SUBPATTERN:
+            gid, add, delete, sub = av
+            inner = self.seq(sub, (flags | add) & ~delete)
+            if gid is not None:
+                self.groups[gid] = inner
+            return "(?:" + inner + ")"
+        if op in _REPEATS:
+            lo, hi, sub = av
+            if op is POSSESSIVE_REPEAT:
+                self.exact = False
+            return "(?:" + self.seq(sub, flags) + ")" + _quantifier(lo, hi)
+        if op is AT:
+            return self.at(av)
+        if op is GROUPREF:
+            self.exact = False
+            return "(?:" + self.groups.get(av, "(?s:.)*" if self.multiline else ".*") + ")"
+        if op is GROUPREF_EXISTS:
+            self.exact = False
+            _, yes, no = av
+            return "(?:" + self.seq(yes, flags) + "|" + (self.seq(no, flags) if no else "") + ")"
+        if op is ASSERT or op is ASSERT_NOT:
+            self.exact = False
+            return ""
+        if op is ATOMIC_GROUP:
+            self.exact = False
+            return "(?:" + self.seq(av, flags) + ")"
+        raise _Untranslatable(str(op))
+
+    def at(self, code: Any) -> str:
+        if code in (_c.AT_BOUNDARY, _c.AT_NON_BOUNDARY):
+            self.exact = False
+            return ""
+        if not self.multiline:
+            # Per-line semantics: every anchor means a line boundary.
+            if code in (_c.AT_BEGINNING, _c.AT_BEGINNING_STRING):
+                return "^"
+            return "$"
+        if code is _c.AT_BEGINNING:
+            return "(?m:^)"
+        if code is _c.AT_END:
+            return "(?m:$)"
+        return ""
+
+
+# -- guarded Python emission --------------------------------------------------------
+
+
+def _flag_letters(flags: int) -> str:
+    return "".join(letter for bit, letter in _FLAG_LETTERS if flags & bit)
+
+
+class _PyEmitter:
+    """Python AST -> equivalent Python source; with `guard`, undecodable bytes never match."""
+
+    def __init__(self, guard: bool) -> None:
+        self.guard = guard
+
+    def seq(self, items: Any) -> str:
+        return "".join(self.node(op, av) for op, av in items)
+
+    def node(self, op: Any, av: Any) -> str:
+        if op is LITERAL:
+            if self.guard and 0xDC80 <= av <= 0xDCFF:
+                return "(?!)"
+            return _py_char(av)
+        if op in _CHAR_OPS:
+            src = py_char_node(op, av)
+            return "(?:(?!%s)%s)" % (_SURROGATE_ESCAPES, src) if self.guard else src
+        if op is BRANCH:
+            return "(?:" + "|".join(self.seq(alt) for alt in av[1]) + ")"
+        if op is SUBPATTERN:
+            gid, add, delete, sub = av
+            inner = self.seq(sub)
+            add_s = _flag_letters(add)
+            del_s = _flag_letters(delete & (ICASE | M | S))
+            if add_s or del_s:
+                inner = "(?%s%s:%s)" % (add_s, "-" + del_s if del_s else "", inner)
+            elif gid is None:
+                inner = "(?:%s)" % inner
+            if gid is not None:
+                return "(?P<g%d>%s)" % (gid, inner)
+            return inner
+        if op in _REPEATS:
+            lo, hi, sub = av
+            suffix = "?" if op is MIN_REPEAT else "+" if op is POSSESSIVE_REPEAT else ""
+            unbounded = hi is MAXREPEAT or hi == MAXREPEAT
+            quant = "{%d,}" % lo if unbounded else "{%d,%d}" % (lo, hi)
+            return "(?:%s)%s%s" % (self.seq(sub), quant, suffix)
+        if op is AT:
+            return _AT_PY[av]
+        if op is GROUPREF:
+            return "(?P=g%d)" % av
+        if op is GROUPREF_EXISTS:
+            gid, yes, no = av
+            if no is None:
+                return "(?(g%d)%s)" % (gid, self.seq(yes))
+            return "(?(g%d)%s|%s)" % (gid, self.seq(yes), self.seq(no))
+        if op is ASSERT or op is ASSERT_NOT:
+            direction, sub = av
+            kind = ("=" if op is ASSERT else "!") if direction == 1 else (
+                "<=" if op is ASSERT else "<!"
+            )
+            return "(?%s%s)" % (kind, self.seq(sub))
+        if op is ATOMIC_GROUP:
+            return "(?>%s)" % self.seq(av)
+        raise _Untranslatable(str(op))
+
+
+def emit_python(parsed: Any, guard: bool) -> str:
+    return _PyEmitter(guard).seq(parsed)
+
+
+# -- facts for the scanner ---------------------------------------------------------
+
+
+class _Facts:
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.repeats = False
+        self.backrefs = False
+        self.whole_ok = True
+
+    def visit(self, items: Any, flags: int) -> None:
+        for op, av in items:
+            self.nodes += 1
+            if op is BRANCH:
+                for alt in av[1]:
+                    self.visit(alt, flags)
+            elif op is SUBPATTERN:
+                self.visit(av[3], (flags | av[1]) & ~av[2])
+            elif op in _REPEATS:
+                self.repeats = True
+                self.visit(av[2], flags)
+            elif op is GROUPREF:
+                self.backrefs = True
+            elif op is GROUPREF_EXISTS:
+                self.backrefs = True
+                self.visit(av[1], flags)
+                if av[2]:
+                    self.visit(av[2], flags)
+            elif op is ASSERT or op is ASSERT_NOT:
+                self.whole_ok = False
+                self.visit(av[1], flags)
+            elif op is ATOMIC_GROUP:
+                self.visit(av, flags)
+            elif op is AT:
+                string_anchor = av in (_c.AT_BEGINNING_STRING, _c.AT_END_STRING)
+                line_anchor = av in (_c.AT_BEGINNING, _c.AT_END)
+                if string_anchor or av is _c.AT_NON_BOUNDARY or (line_anchor and not flags & M):
+                    self.whole_ok = False
+
+
+def _literal_runs(items: Any, flags: int, icase: bool) -> Tuple[List[str], bool]:
+    """Literal runs every match must contain, and whether `items` is nothing but literals."""
+    runs: List[str] = []
+    current: List[str] = []
+    pure = True
+
+    def flush() -> None:
+        if current:
+            runs.append("".join(current))
+            current.clear()
+
+    for op, av in items:
+        if op is LITERAL and (not icase or av < 128):
+            current.append(chr(av))
+            continue
+        if op is SUBPATTERN and not av[1] and not av[2]:
+            inner_runs, inner_pure = _literal_runs(av[3], flags, icase)
+            if inner_pure:
+                current.extend(inner_runs)
+                continue
+            flush()
+            runs.extend(inner_runs)
+            pure = False
+            continue
+        pure = False
+        flush()
+        if op in _REPEATS and av[0] >= 1:
+            runs.extend(_literal_runs(av[2], flags, icase)[0])
+    flush()
+    return runs, pure
+
+
+class PatternInfo:
+    """Everything both engines need to know about one grep pattern."""
+
+    def __init__(self, pattern: str, literal: bool, case_sensitive: bool, multiline: bool) -> None:
+        if len(pattern) > MAX_PATTERN_CHARS:
+            raise PatternError("pattern is longer than %d characters" % MAX_PATTERN_CHARS)
+        self.source = re.escape(pattern) if literal else pattern
+        self.multiline = multiline
+        self.flags = M | (0 if case_sensitive else ICASE) | (S if multiline else 0)
+        try:
+            self.compiled = re.compile(self.source, self.flags)
+            parsed = _parser.parse(self.source, self.flags)
+        except re.error as exc:
+            raise PatternError("invalid regular expression: %s" % exc) from None
+        except (RecursionError, OverflowError, MemoryError):
+            raise PatternError("regular expression is too complex") from None
+        state_flags = parsed.state.flags
+        self.icase = bool(state_flags & ICASE)
+        facts = _Facts()
+        facts.visit(parsed, state_flags)
+        runs, pure = _literal_runs(list(parsed), state_flags, self.icase)
+        if pure:
+            self.literal: Optional[str] = "".join(runs)
+        else:
+            self.literal = max(runs, key=len) if runs else None
+        self.pure_literal = pure
+        # A line never contains "\n", so outside multiline mode such a literal never matches.
+        self.never = not multiline and self.literal is not None and "\n" in self.literal
+        self.whole_ok = facts.whole_ok
+        self.safe = pure or (
+            not facts.repeats and not facts.backrefs and facts.nodes <= SAFE_NODES
+        )
+        self.compile_flags = state_flags & ~X
+        try:
+            self.guarded: Optional[str] = emit_python(parsed, guard=True)
+            re.compile(self.guarded, self.compile_flags)
+        except (_Untranslatable, re.error, RecursionError, OverflowError):
+            self.guarded = None
+        self.rust: Optional[str] = None
+        self.rust_exact = False
+        try:
+            emitter = _RustEmitter(multiline)
+            rust = emitter.seq(parsed, state_flags)
+            if len(rust) <= MAX_RUST_CHARS:
+                self.rust = rust
+                self.rust_exact = emitter.exact
+        except (_Untranslatable, RecursionError):
+            pass
+
+    def scan_spec(self) -> Dict[str, Any]:
+        """The JSON-able part the Python scanner needs (it may run in another process)."""
+        return {
+            "source": self.source,
+            "flags": self.flags,
+            "guarded": self.guarded,
+            "compile_flags": self.compile_flags,
+            "literal": self.literal,
+            "icase": self.icase,
+            "pure_literal": self.pure_literal,
+            "never": self.never,
+            "whole_ok": self.whole_ok,
+            "multiline": self.multiline,
+        }

@@ -1,0 +1,394 @@
+"""`glob` and `grep`: argument checks, engine choice, result assembly.
+
+Two grep engines, one result. The Python engine walks the tree and scans
+files itself (pyscan.py). The ripgrep engine lets ripgrep pick the files:
+when the pattern's translation is exact (rxinfo.py) ripgrep's per-file
+counts and line numbers are used as they are, otherwise ripgrep only
+pre-selects candidate files (a superset) and the Python scanner decides.
+Either way paths, order, line cutting, context and pagination come from the
+same code, and ripgrep is skipped whenever it cannot give the same answer
+(untranslatable pattern, regex too big for it, binary missing, a file that
+changed between two passes). See docs/search.md for the user-facing rules.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import pyscan, scanworker
+from .context import Context
+from .errors import ErrorCode, SandboxError
+from .globbing import (
+    KIND_DIR,
+    KIND_FILE,
+    KIND_LINK,
+    KIND_OTHER,
+    Deadline,
+    GlobError,
+    GlobPattern,
+    TimeUp,
+    walk,
+)
+from .pathmap import WORKSPACE, Resolved
+from .rg import BASE_ARGS as RG_BASE_ARGS
+from .rg import (
+    RgRegexError,
+    RgUnusable,
+    find_rg,
+    parse_counts,
+    parse_files,
+    parse_json_lines,
+    tree_args,
+)
+from .rg import run as run_rg
+from .rxinfo import PatternError, PatternInfo
+from .validate import clamp_results, invalid, require_bool, require_int, require_str
+
+__all__ = ["find_rg", "glob", "grep"]
+
+OUTPUT_MODES = ("content", "files_with_matches", "count")
+
+
+def _timeout() -> SandboxError:
+    return SandboxError(ErrorCode.TIMEOUT, "search took longer than its time limit")
+
+
+def _stat_root(resolved: Resolved) -> os.stat_result:
+    try:
+        return os.stat(resolved.real)
+    except FileNotFoundError:
+        raise SandboxError(ErrorCode.NOT_FOUND, "%s does not exist" % resolved.virtual) from None
+    except NotADirectoryError:
+        raise SandboxError(ErrorCode.NOT_FOUND, "%s does not exist" % resolved.virtual) from None
+    except PermissionError:
+        raise SandboxError(
+            ErrorCode.ACCESS_DENIED, "%s cannot be read" % resolved.virtual
+        ) from None
+
+
+def _join(vroot: str, rel: str) -> str:
+    return vroot.rstrip("/") + "/" + rel
+
+
+# -- glob ---------------------------------------------------------------------------
+
+
+def glob(
+    ctx: Context,
+    pattern: Any,
+    path: Any = WORKSPACE,
+    include_dirs: Any = False,
+    max_results: Any = None,
+) -> Dict[str, Any]:
+    """Paths below `path` whose relative path matches `pattern`, sorted, capped."""
+    pattern = require_str("pattern", pattern)
+    include_dirs = require_bool("include_dirs", include_dirs)
+    limits = ctx.limits
+    cap = clamp_results(
+        "max_results", max_results, limits.glob_default_results, limits.glob_max_results
+    )
+    try:
+        compiled = GlobPattern(pattern)
+    except GlobError as exc:
+        raise SandboxError(ErrorCode.INVALID_PATTERN, str(exc)) from None
+    resolved = ctx.mapping.resolve(path)
+    info = _stat_root(resolved)
+    if not stat.S_ISDIR(info.st_mode):
+        raise SandboxError(ErrorCode.NOT_A_DIRECTORY, "%s is not a directory" % resolved.virtual)
+    want: Tuple[str, ...] = (KIND_FILE, KIND_LINK, KIND_OTHER)
+    if include_dirs:
+        want += (KIND_DIR,)
+    paths: List[str] = []
+    truncated = False
+    try:
+        for rel, _, _ in walk(resolved.real, compiled, Deadline(limits.search_timeout_s), want):
+            if len(paths) == cap:
+                truncated = True
+                break
+            paths.append(_join(resolved.virtual, rel))
+    except TimeUp:
+        raise _timeout() from None
+    return {
+        "path": resolved.virtual,
+        "pattern": pattern,
+        "paths": paths,
+        "truncated": truncated,
+    }
+
+
+# -- grep ---------------------------------------------------------------------------
+
+
+class _Inconsistent(Exception):
+    """ripgrep's two passes disagree (a file changed): answer with the Python engine."""
+
+
+class _Query:
+    """A checked grep request."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        info: PatternInfo,
+        resolved: Resolved,
+        root_is_file: bool,
+        glob_text: Optional[str],
+        glob_filter: Optional[GlobPattern],
+        mode: str,
+        before: int,
+        after: int,
+        offset: int,
+        cap: int,
+    ) -> None:
+        self.ctx = ctx
+        self.info = info
+        self.root = resolved.real
+        self.vroot = resolved.virtual
+        self.root_is_file = root_is_file
+        self.glob_text = glob_text
+        self.glob_filter = glob_filter
+        self.mode = mode
+        self.before = before
+        self.after = after
+        self.offset = offset
+        self.cap = cap
+        self.limits = ctx.limits
+        self.deadline = Deadline(ctx.limits.search_timeout_s)
+
+    def scan_request(self, candidates: Optional[List[Tuple[str, str]]]) -> Dict[str, Any]:
+        return {
+            "spec": self.info.scan_spec(),
+            "root": self.root,
+            "vroot": self.vroot,
+            "root_is_file": self.root_is_file,
+            "glob": self.glob_text,
+            "candidates": candidates,
+            "mode": self.mode,
+            "offset": self.offset,
+            "max_results": self.cap,
+            "before": self.before,
+            "after": self.after,
+            "line_chars": self.limits.grep_line_chars,
+            "max_file_bytes": self.limits.grep_max_file_bytes,
+            "timeout": self.deadline.remaining(),
+        }
+
+
+def grep(
+    ctx: Context,
+    pattern: Any,
+    path: Any = WORKSPACE,
+    glob: Any = None,
+    literal: Any = False,
+    case_sensitive: Any = False,
+    output_mode: Any = "content",
+    before: Any = 0,
+    after: Any = 0,
+    multiline: Any = False,
+    max_results: Any = None,
+    offset: Any = 0,
+) -> Dict[str, Any]:
+    """Search file contents with a Python-dialect regex (or a literal)."""
+    pattern = require_str("pattern", pattern)
+    literal = require_bool("literal", literal)
+    case_sensitive = require_bool("case_sensitive", case_sensitive)
+    multiline = require_bool("multiline", multiline)
+    if output_mode not in OUTPUT_MODES:
+        raise invalid("output_mode must be one of %s" % ", ".join(OUTPUT_MODES))
+    limits = ctx.limits
+    before = min(require_int("before", before, minimum=0), limits.grep_max_context)
+    after = min(require_int("after", after, minimum=0), limits.grep_max_context)
+    offset = require_int("offset", offset, minimum=0)
+    cap = clamp_results(
+        "max_results", max_results, limits.grep_default_results, limits.grep_max_results
+    )
+    glob_text: Optional[str] = None
+    glob_filter: Optional[GlobPattern] = None
+    if glob is not None:
+        glob_text = require_str("glob", glob)
+        if glob_text == "":
+            glob_text = None
+        else:
+            try:
+                glob_filter = GlobPattern(glob_text, anywhere=True)
+            except GlobError as exc:
+                raise SandboxError(
+                    ErrorCode.INVALID_PATTERN, "invalid glob filter: %s" % exc
+                ) from None
+    try:
+        info = PatternInfo(pattern, literal, case_sensitive, multiline)
+    except PatternError as exc:
+        raise SandboxError(ErrorCode.INVALID_PATTERN, str(exc)) from None
+    resolved = ctx.mapping.resolve(path)
+    root_stat = _stat_root(resolved)
+    mode_bits = root_stat.st_mode
+    result: Dict[str, Any] = {
+        "path": resolved.virtual,
+        "pattern": pattern,
+        "output_mode": output_mode,
+        "matches": [],
+        "files": [],
+        "counts": [],
+        "offset": offset,
+        "truncated": False,
+    }
+    if not stat.S_ISDIR(mode_bits) and not stat.S_ISREG(mode_bits):
+        return result  # a FIFO, socket or device is never read
+    query = _Query(
+        ctx,
+        info,
+        resolved,
+        stat.S_ISREG(mode_bits),
+        glob_text,
+        glob_filter,
+        output_mode,
+        before,
+        after,
+        offset,
+        cap,
+    )
+    items, more = _run(query)
+    key = {"content": "matches", "files_with_matches": "files", "count": "counts"}[output_mode]
+    result[key] = items
+    result["truncated"] = more
+    return result
+
+
+def _run(query: _Query) -> Tuple[List[Any], bool]:
+    try:
+        if query.ctx.rg_path and not query.root_is_file and query.info.rust is not None:
+            try:
+                return _rg_engine(query, query.ctx.rg_path)
+            except (RgRegexError, RgUnusable, _Inconsistent):
+                pass
+        return _python_engine(query, None)
+    except TimeUp:
+        raise _timeout() from None
+
+
+def _python_engine(
+    query: _Query, candidates: Optional[List[Tuple[str, str]]]
+) -> Tuple[List[Any], bool]:
+    request = query.scan_request(candidates)
+    if query.info.safe:
+        try:
+            reply = pyscan.search(request, query.deadline)
+        except pyscan.ScanError as exc:
+            raise SandboxError(ErrorCode(exc.code), exc.message) from None
+    else:
+        reply = scanworker.run(request, query.deadline.remaining())
+    return reply["items"], reply["more"]
+
+
+# -- ripgrep engine -------------------------------------------------------------------
+
+
+def _relative(query: _Query, paths: Sequence[str]) -> List[str]:
+    """Relative paths of ripgrep's output that pass the glob filter, in result order."""
+    prefix = query.root.rstrip("/") + "/"
+    rels = []
+    for path in paths:
+        if not path.startswith(prefix):
+            continue
+        rel = path[len(prefix):]
+        if query.glob_filter is None or query.glob_filter.match_path(rel):
+            rels.append(rel)
+    rels.sort()
+    return rels
+
+
+def _rg_tree(query: _Query, rg_path: str, extra: Sequence[str]) -> bytes:
+    info = query.info
+    basename_globs = query.glob_filter.rg_basename_globs() if query.glob_filter else None
+    args = tree_args(query.limits.grep_max_file_bytes, basename_globs, info.multiline)
+    args += list(extra)
+    args += ["--regexp=" + (info.rust or ""), "--", query.root]
+    return run_rg(rg_path, args, query.deadline.remaining())
+
+
+def _rg_engine(query: _Query, rg_path: str) -> Tuple[List[Any], bool]:
+    max_bytes = query.limits.grep_max_file_bytes
+    if not query.info.rust_exact:
+        out = _rg_tree(query, rg_path, ["--files-with-matches", "--null"])
+        rels = _relative(query, parse_files(out))
+        candidates = [(_join(query.vroot, rel), query.root + "/" + rel) for rel in rels]
+        return _python_engine(query, candidates)
+    if query.mode == "files_with_matches":
+        out = _rg_tree(query, rg_path, ["--files-with-matches", "--null"])
+        rows = [(rel, 1) for rel in _relative(query, parse_files(out))]
+    else:
+        out = _rg_tree(query, rg_path, ["--count", "--null"])
+        counts = dict(parse_counts(out))
+        rows = [(rel, counts[query.root + "/" + rel]) for rel in _relative(query, list(counts))]
+    if query.mode == "content":
+        return _rg_content(query, rg_path, rows)
+    items: List[Any] = []
+    skip = query.offset
+    for rel, count in rows:
+        query.deadline.check(32)
+        if not pyscan.probe(query.root + "/" + rel, max_bytes):
+            continue
+        if skip:
+            skip -= 1
+            continue
+        if len(items) == query.cap:
+            return items, True
+        vpath = _join(query.vroot, rel)
+        if query.mode == "files_with_matches":
+            items.append(vpath)
+        else:
+            items.append({"path": vpath, "count": count})
+    return items, False
+
+
+def _rg_content(
+    query: _Query, rg_path: str, rows: Sequence[Tuple[str, int]]
+) -> Tuple[List[Any], bool]:
+    max_bytes = query.limits.grep_max_file_bytes
+    skip = query.offset
+    pages: List[Tuple[str, str, int, int]] = []  # vpath, real, skip in file, count
+    taken = 0
+    more = False
+    for rel, count in rows:
+        query.deadline.check(32)
+        real = query.root + "/" + rel
+        if not pyscan.probe(real, max_bytes):
+            continue
+        if taken == query.cap:
+            more = True
+            break
+        if skip >= count:
+            skip -= count
+            continue
+        need = min(count - skip, query.cap - taken)
+        pages.append((_join(query.vroot, rel), real, skip, count))
+        taken += need
+        if need < count - skip:
+            more = True
+            break
+        skip = 0
+    if not pages:
+        return [], more
+    max_count = max(min(count, page_skip + query.cap) for _, _, page_skip, count in pages)
+    args = [*RG_BASE_ARGS, "--json", "--max-count=%d" % max_count]
+    args += ["--regexp=" + (query.info.rust or ""), "--", *(real for _, real, _, _ in pages)]
+    found = parse_json_lines(run_rg(rg_path, args, query.deadline.remaining()))
+    inputs = []
+    for vpath, real, page_skip, count in pages:
+        lines = found.get(real, [])
+        if len(lines) != min(count, max_count):
+            raise _Inconsistent()
+        inputs.append((vpath, real, lines, page_skip))
+    items = pyscan.content_from_lines(
+        inputs,
+        query.cap,
+        query.before,
+        query.after,
+        query.limits.grep_line_chars,
+        max_bytes,
+    )
+    if items is None:
+        raise _Inconsistent()
+    return items, more
