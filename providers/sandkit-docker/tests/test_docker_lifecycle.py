@@ -219,6 +219,33 @@ def test_container_killed_mid_operation(provider: DockerProvider, docker_client:
     assert box.read_file("precious.txt").content == "intact\n"
 
 
+def test_a_dead_agent_is_replaced_transparently(
+    provider: DockerProvider, docker_client: Any
+) -> None:
+    box = provider.acquire(key("agent-crash"))
+    box.write_file("f.txt", "kept\n")
+    old_pid = box.info()["pid"]
+    (container,) = containers_of(docker_client, key("agent-crash"))
+    assert container.exec_run(["sh", "-c", f"kill -9 {old_pid}"], user="1000:1000").exit_code == 0
+    # The container lives on, so the next call starts a fresh agent by itself.
+    assert box.read_file("f.txt").content == "kept\n"
+    assert box.info()["pid"] != old_pid
+    assert provider.acquire(key("agent-crash")) is box
+
+
+def test_parallel_acquires_of_many_keys(provider: DockerProvider, owned: Owned) -> None:
+    keys = [key(f"many-{i}") for i in range(6)]
+    with ThreadPoolExecutor(12) as pool:
+        boxes = list(pool.map(provider.acquire, keys * 2))
+    assert len(owned()) == 6
+    for k, box in zip(keys * 2, boxes, strict=True):
+        assert box.sandbox_id == k.sandbox_id
+        box.write_file("me.txt", k.thread_id)
+    assert [provider.acquire(k).read_file("me.txt").content for k in keys] == [
+        k.thread_id for k in keys
+    ]
+
+
 def test_container_removed_behind_our_back_is_recreated_with_the_files(
     provider: DockerProvider, docker_client: Any, data_root: Path
 ) -> None:
