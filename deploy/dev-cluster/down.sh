@@ -7,7 +7,7 @@
 # reverse order of start: scheduler and controller-manager, kubelet (then every container
 # still running is killed through containerd), apiserver, etcd, containerd. Afterwards it
 # unmounts whatever is still mounted below the cluster's own directories, deletes the pod
-# bridge and its veths and libcni's cached results, removes the kubelet's pod cgroups,
+# bridge, its veths, its iptables FORWARD rule and libcni's cached results, removes the kubelet's pod cgroups,
 # restores the kernel settings the kubelet changed, and deletes the cluster state (PKI, etcd
 # data, containerd root). Kept: the build cache
 # (/var/cache/sandkit/k8s) and the daemon logs (/var/log/sandkit-k8s). Safe to run twice.
@@ -104,8 +104,17 @@ umount_ours() {
     done
 }
 
+forward_rule_present() {
+    # shellcheck disable=SC2086
+    command -v iptables >/dev/null 2>&1 && iptables -w -C $FORWARD_RULE 2>/dev/null
+}
+
 remove_network() {
     local veth
+    while forward_rule_present; do
+        # shellcheck disable=SC2086
+        iptables -w -D $FORWARD_RULE || break
+    done
     ip link show "$BRIDGE" >/dev/null 2>&1 || return 0
     for veth in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
         ip link delete "$veth" 2>/dev/null || true
@@ -165,7 +174,8 @@ remove_files() {
 main() {
     local t0
     t0=$(now)
-    if [ ! -d "$RUN" ] && [ ! -d "$STATE" ] && ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    if [ ! -d "$RUN" ] && [ ! -d "$STATE" ] && ! ip link show "$BRIDGE" >/dev/null 2>&1 \
+        && ! forward_rule_present; then
         say "nothing to take down"
         return 0
     fi

@@ -59,6 +59,10 @@ kernel/keys/root_maxkeys kernel/keys/root_maxbytes"
 HOST_DIRS="/run/containerd /run/containerd/s /var/lib/kubelet /var/lib/kubelet/device-plugins
 /var/lib/cni /var/lib/cni/results /var/log/containers"
 
+# The one iptables rule the cluster adds: Docker sets the FORWARD policy to DROP, and with
+# br_netfilter loaded that also drops traffic between two pods on our bridge.
+FORWARD_RULE="FORWARD -i $BRIDGE -o $BRIDGE -m comment --comment sandkit-dev-cluster -j ACCEPT"
+
 say() { echo "dev-cluster: $*" >&2; }
 die() {
     say "error: $*"

@@ -18,6 +18,7 @@
 #
 #   --no-smoke     skip the smoke pod (python3, exec, hostPath + emptyDir) at the end
 #   --build-only   only build/fetch what is cached (binaries, etcd, images); start nothing
+#   --write-gomod  regenerate gomod/ for SANDKIT_K8S_VERSION (to change the pinned release)
 #
 # Environment: SANDKIT_K8S_VERSION (v1.34.4), SANDKIT_K8S_NODE_IP (eth0's address),
 # SANDKIT_K8S_NICE (19: builds only take idle CPU), SANDKIT_K8S_GO_PARALLEL (2),
@@ -29,12 +30,13 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 
-SMOKE=1 BUILD_ONLY=0
+SMOKE=1 BUILD_ONLY=0 WRITE_GOMOD=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-smoke) SMOKE=0 ;;
         --build-only) BUILD_ONLY=1 ;;
-        -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+        --write-gomod) WRITE_GOMOD=1 ;;
+        -h | --help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
     shift
@@ -569,6 +571,10 @@ start_cluster() {
     mkdir -p "$STATE" "$RUN" "$LOGS"
     chmod 700 "$STATE"
     record_host_state
+    if command -v iptables >/dev/null 2>&1; then
+        # shellcheck disable=SC2086
+        iptables -w -C $FORWARD_RULE 2>/dev/null || iptables -w -I $FORWARD_RULE
+    fi
     make_pki "$ip" "$node"
     write_configs "$ip" "$node"
 
@@ -744,6 +750,11 @@ on_exit() {
 main() {
     local t_total
     t_total=$(now)
+    if [ "$WRITE_GOMOD" = 1 ]; then
+        gen_gomod "$HERE/gomod" "$K8S_VERSION"
+        say "wrote $HERE/gomod for $K8S_VERSION; also set K8S_VERSION in lib.sh"
+        return 0
+    fi
     need_root
     take_lock
     if [ "$BUILD_ONLY" = 0 ] && cluster_healthy; then
