@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -168,10 +169,7 @@ class DockerProvider(SandboxProvider):
                 return sandbox
 
     def get(self, key: SandboxKey) -> DockerSandbox | None:
-        with self._lock:
-            box = self._boxes.get(key)
-        if box is None:
-            box = self._box(key)
+        box = self._box(key)
         with box.lock:
             sandbox = box.sandbox
             if sandbox is not None and not sandbox.closed and box.looks_alive():
@@ -202,26 +200,30 @@ class DockerProvider(SandboxProvider):
         for box in boxes:
             with box.lock:
                 self._close_box(box)
-        if self._client is None and not boxes:
-            # Never connected and nothing acquired: nothing of ours can be running.
-            with contextlib.suppress(SandboxError):
-                self.client  # noqa: B018 - connect so leftovers of a crashed run are cleaned
-        if self._client is None:
+        try:
+            client = self.client  # also cleans up after a crashed earlier instance
+        except SandboxError:
+            if boxes:
+                log.warning("shutdown: the Docker engine is unreachable; containers may remain")
             return
         try:
-            containers = self.client.containers.list(all=True, filters=owner_filter(self.options))
+            containers = client.containers.list(all=True, filters=owner_filter(self.options))
         except Exception as exc:
             raise engine_error(exc, "listing containers at shutdown") from None
-        for container in containers:
-            with contextlib.suppress(docker.errors.NotFound):
-                try:
-                    if self.options.shutdown == "remove":
-                        container.remove(force=True, v=True)
-                    elif container.status == "running":
-                        container.stop(timeout=self.options.stop_timeout_s)
-                except docker.errors.APIError as exc:
-                    if exc.status_code != 409:  # removal already in progress
-                        log.warning("shutdown: %s: %s", container.name, exc)
+        with ThreadPoolExecutor(8, thread_name_prefix="sandkit-docker-shutdown") as pool:
+            list(pool.map(self._shut_one, containers))
+
+    def _shut_one(self, container: Any) -> None:
+        try:
+            if self.options.shutdown == "remove":
+                container.remove(force=True, v=True)
+            elif container.status == "running":
+                container.stop(timeout=self.options.stop_timeout_s)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: removal already in progress
+                log.warning("shutdown: %s: %s", container.name, exc)
 
     def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
         cutoff = time.monotonic() - max_idle_s
