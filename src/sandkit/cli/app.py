@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from . import commands
+from .doctor import doctor
 from .providers import providers
 from .session import (
     AllowExecuteOpt,
@@ -64,6 +65,7 @@ app.command("glob")(sandbox_command(commands.glob))
 app.command("grep")(sandbox_command(commands.grep))
 app.command("exec")(sandbox_command(commands.exec_))
 app.command("providers")(sandbox_command(providers))
+app.command("doctor")(sandbox_command(doctor))
 
 
 def _demo(

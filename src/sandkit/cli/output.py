@@ -20,6 +20,7 @@ from ..errors import SandboxError
 # Exit codes (documented in docs/cli.md).
 EXIT_OK = 0
 EXIT_NO_MATCH = 1  # grep only, like grep(1)
+EXIT_PROBLEMS = 1  # doctor found a failing check
 EXIT_ERROR = 2  # SandboxError, bad usage, bad configuration
 EXIT_TIMED_OUT = 124  # exec: the command ran past its timeout, like timeout(1)
 

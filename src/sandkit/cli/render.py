@@ -34,6 +34,10 @@ def human_size(size: int | None) -> str:
     raise AssertionError("unreachable")
 
 
+def counted(count: int, singular: str, plural: str) -> str:
+    return f"{count} {singular if count == 1 else plural}"
+
+
 # -- list_dir ---------------------------------------------------------------
 
 
@@ -95,7 +99,8 @@ def read_hint(result: ReadFileResult) -> str | None:
 def glob_summary(result: GlobResult) -> str:
     if not result.paths:
         return f"No files matched {result.pattern!r} under {result.path}"
-    summary = f"Found {len(result.paths)} paths under {result.path}"
+    count = len(result.paths)
+    summary = f"Found {counted(count, 'path', 'paths')} under {result.path}"
     if result.truncated:
         summary += f" (showing first {len(result.paths)}; narrow the path or pattern)"
     return summary
@@ -110,11 +115,11 @@ def grep_summary(result: GrepResult) -> str:
         "files_with_matches": len(result.files),
         "count": len(result.counts),
     }[result.output_mode]
-    noun = "matches" if result.output_mode == "content" else "files"
+    noun = ("match", "matches") if result.output_mode == "content" else ("file", "files")
     if count == 0:
         where = f" past offset {result.offset}" if result.offset else ""
         return f"No matches found under {result.path}{where}"
-    summary = f"Found {count} {noun} under {result.path}"
+    summary = f"Found {counted(count, *noun)} under {result.path}"
     if result.offset:
         summary += f" (from offset {result.offset})"
     if result.truncated:
