@@ -23,6 +23,7 @@ from sandkit.models import (
     GrepResult,
     ListDirResult,
     ReadFileResult,
+    SandboxInfo,
     WriteResult,
 )
 
@@ -277,6 +278,15 @@ def test_user_and_thread_from_environment(cli: Cli, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("SANDKIT_USER", "carol")
     monkeypatch.setenv("SANDKIT_THREAD", "x")
     assert cli("read", "f.txt", "--raw").stdout == "c\n"
+
+
+def test_release_and_destroy_keep_thread_data(cli: Cli) -> None:
+    cli("--thread", "keep", "write", "f.txt", "kept\n")
+    info = SandboxInfo.model_validate(cli.json("--thread", "keep", "destroy"))
+    assert (info.user_id, info.thread_id, info.provider) == ("cli", "keep", "local")
+    assert info.sandbox_id.startswith("sk-")
+    assert "Released" in cli("release", "--thread", "keep").stdout
+    assert cli("--thread", "keep", "read", "f.txt", "--raw").stdout == "kept\n"
 
 
 def test_config_file_supplies_settings_and_is_not_left_in_env(tmp_path: Path) -> None:

@@ -210,7 +210,7 @@ def _steps(tour: _Tour) -> None:
         lambda: box.write_file(f"{UPLOADS}/x.txt", "hi"),
     )
     tour.expect_error(
-        "Execute runs on the host, so the local provider keeps it off",
+        "Execute (off on the local provider, where it would run on the host)",
         f'sandkit exec "{RUN}"',
         lambda: box.execute(RUN, timeout=30),
     )

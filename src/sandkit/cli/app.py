@@ -64,6 +64,8 @@ app.command("edit")(sandbox_command(commands.edit))
 app.command("glob")(sandbox_command(commands.glob))
 app.command("grep")(sandbox_command(commands.grep))
 app.command("exec")(sandbox_command(commands.exec_))
+app.command("release")(sandbox_command(commands.release))
+app.command("destroy")(sandbox_command(commands.destroy))
 app.command("providers")(sandbox_command(providers))
 app.command("doctor")(sandbox_command(doctor))
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ErrorCode, SandboxError
-from ..models import GrepMode, WriteResult
+from ..models import GrepMode, SandboxInfo, WriteResult
 from ..runtime.pathmap import WORKSPACE
 from . import render
 from .output import EXIT_NO_MATCH, EXIT_OK, EXIT_TIMED_OUT
@@ -258,3 +258,34 @@ def _parse_env(pairs: list[str] | None) -> dict[str, str] | None:
             raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"--env needs NAME=VALUE, got {pair!r}")
         env[name] = value
     return env
+
+
+def release(session: Session) -> None:
+    """Stop the thread's box and keep its data; the next command starts it again."""
+    _stop(session, remove=False)
+
+
+def destroy(session: Session) -> None:
+    """Remove the thread's box; its files on the host stay (thread data outlives boxes)."""
+    _stop(session, remove=True)
+
+
+def _stop(session: Session, remove: bool) -> None:
+    key = session.key
+    provider = session.provider
+    if remove:
+        provider.destroy(key)
+    else:
+        provider.release(key)
+    info = SandboxInfo(
+        sandbox_id=key.sandbox_id,
+        user_id=key.user_id,
+        thread_id=key.thread_id,
+        provider=provider.name,
+        state="stopped",
+    )
+    if session.out.json_mode:
+        session.out.json(info)
+        return
+    verb = "Destroyed" if remove else "Released"
+    session.out.success(f"{verb} {info.sandbox_id} ({key}) on {info.provider}; thread data kept")
