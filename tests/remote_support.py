@@ -162,6 +162,7 @@ def start_http_agent(
     argv = [
         sys.executable,
         "-I",
+        "-S",
         str(agent_zipapp()),
         "--http",
         "127.0.0.1:0",

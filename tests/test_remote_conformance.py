@@ -1,9 +1,10 @@
-"""The whole conformance suite through the agent: stdio child processes and HTTP.
+"""The whole conformance suite through the agent: over stdio and over HTTP.
 
-A small provider here runs each key's sandbox as `RemoteSandbox` over a
-local `agent.pyz --stdio` process on the thread's host directories, so the
-suite (lifecycle included) exercises agent, protocol and transport with the
-same expectations as the in-process local provider.
+One local agent process per carrier serves the suite on a thread's host
+directories (each test works in its own directory), so agent, protocol and
+transport meet the same expectations as the in-process local provider. The
+lifecycle tests run against a small provider that starts one agent process
+per key.
 """
 
 from __future__ import annotations
@@ -21,18 +22,20 @@ from sandkit.local import build_context
 from sandkit.paths import UPLOADS, ThreadLayout
 from sandkit.provider import SandboxProvider
 from sandkit.remote import RemoteSandbox
+from sandkit.runtime.context import Context
 from sandkit.runtime.limits import Limits
 from sandkit.transports.http import HttpTransport
 from sandkit.transports.local_process import agent_opener
 from sandkit.transports.stdio import StdioTransport
 
 from .conformance import SandboxConformance
+from .conformance.lifecycle import LifecycleTests
 from .conformance.suite import SeedUpload
 from .remote_support import HttpAgent, config_of, find_rg, start_http_agent
 
 SECRET = "sk-test-7f3a9c1e5b2d-do-not-print"
 LIMITS = LimitsSettings(search_timeout_s=3.0)
-HTTP_KEY = SandboxKey("http-user", "http-thread")
+SHARED_KEY = SandboxKey("agent-user", "agent-thread")
 
 
 class AgentProcessProvider(SandboxProvider):
@@ -97,14 +100,16 @@ def settings_for(data_root: Path) -> Settings:
     return Settings(data_root=data_root, execute_enabled=True, secrets=[SECRET], limits=LIMITS)
 
 
-class TestStdioAgentConformance(SandboxConformance):
+class _Shared(SandboxConformance):
+    """Fixtures for one long-lived agent on a fixed key (each test has its own dir)."""
+
     @pytest.fixture
-    def provider(self, data_root: Path) -> Iterator[AgentProcessProvider]:
-        provider = AgentProcessProvider(settings_for(data_root))
-        try:
-            yield provider
-        finally:
-            provider.shutdown()
+    def data_root(self, shared_root: Path) -> Path:
+        return shared_root
+
+    @pytest.fixture
+    def key(self) -> SandboxKey:
+        return SHARED_KEY
 
     @pytest.fixture
     def forbidden_strings(self, data_root: Path) -> list[str]:
@@ -125,58 +130,67 @@ class TestStdioAgentConformance(SandboxConformance):
 
 @pytest.fixture(scope="module")
 def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("http-agent") / "data"
+    root = tmp_path_factory.mktemp("agent") / "data"
+    ThreadLayout.for_key(settings_for(root), SHARED_KEY).create_dirs()
+    return root
+
+
+def shared_context(root: Path) -> Context:
+    settings = settings_for(root)
+    return build_context(settings, ThreadLayout.for_key(settings, SHARED_KEY), find_rg())
+
+
+@pytest.fixture(scope="module")
+def stdio_transport(shared_root: Path) -> Iterator[StdioTransport]:
+    transport = StdioTransport(agent_opener(), config_of(shared_context(shared_root)))
+    try:
+        yield transport
+    finally:
+        transport.close()
 
 
 @pytest.fixture(scope="module")
 def http_agent(shared_root: Path) -> Iterator[HttpAgent]:
-    settings = settings_for(shared_root)
-    layout = ThreadLayout.for_key(settings, HTTP_KEY)
-    layout.create_dirs()
-    context = build_context(settings, layout, find_rg())
-    agent = start_http_agent(context, shared_root.parent)
+    agent = start_http_agent(shared_context(shared_root), shared_root.parent)
     try:
         yield agent
     finally:
         agent.stop()
 
 
-class TestHttpAgentConformance(SandboxConformance):
-    """One HTTP agent for the whole class; each test works in its own directory.
-
-    Lifecycle tests skip (no provider): starting an agent per test would
-    only measure process start-up.
-    """
+class TestStdioAgentConformance(_Shared):
+    """The suite through one `agent.pyz --stdio` child process (lifecycle: see below)."""
 
     @pytest.fixture
-    def data_root(self, shared_root: Path) -> Path:
-        return shared_root
+    def sandbox(self, stdio_transport: StdioTransport) -> RemoteSandbox:
+        # Not closed per test: closing would close the shared channel.
+        return RemoteSandbox(stdio_transport, SHARED_KEY.sandbox_id, limits=LIMITS.to_limits())
 
-    @pytest.fixture
-    def key(self) -> SandboxKey:
-        return HTTP_KEY
+
+class TestHttpAgentConformance(_Shared):
+    """The suite through one `agent.pyz --http` on 127.0.0.1."""
 
     @pytest.fixture
     def sandbox(self, http_agent: HttpAgent) -> Iterator[RemoteSandbox]:
         transport = HttpTransport(http_agent.url, http_agent.token)
-        sandbox = RemoteSandbox(transport, HTTP_KEY.sandbox_id, limits=LIMITS.to_limits())
+        sandbox = RemoteSandbox(transport, SHARED_KEY.sandbox_id, limits=LIMITS.to_limits())
         try:
             yield sandbox
         finally:
             sandbox.close()
 
+
+class TestAgentProcessLifecycle(LifecycleTests):
+    """Provider lifecycle with one agent process per key."""
+
+    @pytest.fixture
+    def provider(self, data_root: Path) -> Iterator[AgentProcessProvider]:
+        provider = AgentProcessProvider(settings_for(data_root))
+        try:
+            yield provider
+        finally:
+            provider.shutdown()
+
     @pytest.fixture
     def forbidden_strings(self, data_root: Path) -> list[str]:
         return sorted({str(data_root), os.path.realpath(data_root)})
-
-    @pytest.fixture
-    def secret_values(self) -> list[str]:
-        return [SECRET]
-
-    @pytest.fixture
-    def limits(self) -> Limits:
-        return LIMITS.to_limits()
-
-    @pytest.fixture
-    def seed_upload(self, data_root: Path, key: SandboxKey) -> SeedUpload:
-        return host_seed(data_root, key)

@@ -274,3 +274,12 @@ def test_nothing_listening_is_unavailable() -> None:
         remote.list_dir()
     assert info.value.code is ErrorCode.UNAVAILABLE
     assert "refused" in info.value.message
+
+
+def test_async_calls_work_across_event_loops(remote: RemoteSandbox) -> None:
+    remote.write_file("loops.txt", "x\n")
+    transport = remote.transport
+    assert isinstance(transport, HttpTransport)
+    for _ in range(3):  # each asyncio.run is a new loop; pooled streams must not leak over
+        assert asyncio.run(remote.aread_file("loops.txt")).content == "x\n"
+    assert len(transport._aidle) == 1

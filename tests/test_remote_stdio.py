@@ -312,7 +312,7 @@ def test_a_python_without_json_is_named_in_the_error(tmp_path: Path) -> None:
     (shadow / "json.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'json'\", name='json')\n"
     )
-    python, _, pyz, flag = agent_command()
+    python, _, _, pyz, flag = agent_command()
     # Not isolated (-I) here, so PYTHONPATH can hide the json module.
     argv = ["env", f"PYTHONPATH={shadow}", python, pyz, flag]
     remote, _ = stdio_sandbox(make_context(make_mapping(tmp_path / "t")), CountingOpener(argv))

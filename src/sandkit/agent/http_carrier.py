@@ -27,6 +27,9 @@ MIN_TOKEN_CHARS = 16
 class AgentHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog of 5 drops SYNs when many clients connect
+    # at once, and each drop costs a 1 s+ retransmit.
+    request_queue_size = 128
 
     def __init__(
         self, address: Tuple[str, int], core: AgentCore, token: str, workers: int = 8

@@ -18,7 +18,6 @@ import socket
 import ssl
 import threading
 import time
-import weakref
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -80,9 +79,8 @@ class HttpTransport(Transport):
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._idle: list[tuple[http.client.HTTPConnection, float]] = []
-        self._aidle: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Stream]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Keep-alive streams per event loop (a stream belongs to its loop).
+        self._aidle: dict[asyncio.AbstractEventLoop, list[_Stream]] = {}
         self._closed = False
 
     # -- shared ---------------------------------------------------------------
@@ -209,7 +207,7 @@ class HttpTransport(Transport):
         with self._lock:
             if self._closed:
                 raise TransportClosed()
-            idle = self._aidle.setdefault(loop, [])
+            idle = self._loop_pool(loop)
             while idle:
                 reader, writer, since = idle.pop()
                 if now - since < MAX_IDLE_S and not writer.is_closing():
@@ -224,11 +222,21 @@ class HttpTransport(Transport):
     def _acheckin(self, stream: _Stream) -> None:
         reader, writer, _ = stream
         with self._lock:
-            idle = self._aidle.setdefault(asyncio.get_running_loop(), [])
+            idle = self._loop_pool(asyncio.get_running_loop())
             if not self._closed and len(idle) < self.pool_size:
                 idle.append((reader, writer, time.monotonic()))
                 return
         writer.close()
+
+    def _loop_pool(self, loop: asyncio.AbstractEventLoop) -> list[_Stream]:
+        """The idle streams of `loop`; pools of closed loops are dropped (caller holds the lock).
+
+        Their transports cannot be closed any more (that needs the loop); the
+        sockets go with the objects.
+        """
+        for other in [other for other in self._aidle if other.is_closed()]:
+            del self._aidle[other]
+        return self._aidle.setdefault(loop, [])
 
     async def _aexchange(self, stream: _Stream, body: bytes) -> tuple[int, bytes, bool]:
         reader, writer, _ = stream
