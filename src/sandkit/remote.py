@@ -63,9 +63,8 @@ class RemoteSandbox(CallingSandbox):
         timeout = self.limits.exec_default_timeout_s
         # A timeout the agent will refuse (NaN, negative, a string) still needs
         # a sane deadline for the round trip that brings the refusal back.
-        if isinstance(given, (int, float)) and not isinstance(given, bool):
-            if not math.isnan(given) and given > 0:
-                timeout = float(given)
+        if _positive_number(given):
+            timeout = float(given)
         return min(timeout, self.limits.exec_max_timeout_s) + self.margin_s
 
     def _check_open(self) -> None:
@@ -114,3 +113,9 @@ class RemoteSandbox(CallingSandbox):
         finally:
             if self._on_close is not None:
                 self._on_close()
+
+
+def _positive_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return not math.isnan(value) and value > 0
