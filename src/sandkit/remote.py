@@ -63,8 +63,9 @@ class RemoteSandbox(CallingSandbox):
         timeout = self.limits.exec_default_timeout_s
         # A timeout the agent will refuse (NaN, negative, a string) still needs
         # a sane deadline for the round trip that brings the refusal back.
-        if _positive_number(given):
-            timeout = float(given)
+        number = _positive_number(given)
+        if number is not None:
+            timeout = number
         return min(timeout, self.limits.exec_max_timeout_s) + self.margin_s
 
     def _check_open(self) -> None:
@@ -115,7 +116,7 @@ class RemoteSandbox(CallingSandbox):
                 self._on_close()
 
 
-def _positive_number(value: Any) -> bool:
+def _positive_number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return not math.isnan(value) and value > 0
+        return None
+    return float(value) if not math.isnan(value) and value > 0 else None
