@@ -254,7 +254,8 @@ def _execute_params(
     return {
         "command": command,
         "timeout": timeout,
-        "env": dict(env) if env is not None else None,
+        # Anything but a mapping goes through as-is: the runtime answers INVALID_ARGUMENT.
+        "env": dict(env) if isinstance(env, Mapping) else env,
         "cwd": cwd,
     }
 

@@ -82,8 +82,14 @@ def normalize_virtual(path: object, default_dir: str = WORKSPACE) -> str:
     normal = posixpath.normpath(path)
     if normal.startswith("//"):
         normal = "/" + normal.lstrip("/")
-    for name in normal.split("/"):
-        if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+    try:
+        encoded = os.fsencode(normal)
+    except UnicodeEncodeError:
+        raise SandboxError(
+            ErrorCode.INVALID_ARGUMENT, "path is not valid unicode (lone surrogate)"
+        ) from None
+    for name in encoded.split(b"/"):
+        if len(name) > MAX_NAME_BYTES:
             raise SandboxError(
                 ErrorCode.INVALID_ARGUMENT,
                 "a path component is longer than %d bytes" % MAX_NAME_BYTES,
