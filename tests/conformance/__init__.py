@@ -1,0 +1,61 @@
+"""The shared conformance suite every provider runs unchanged.
+
+    from tests.conformance import SandboxConformance
+
+    class TestMyProviderConformance(SandboxConformance):
+        @pytest.fixture
+        def provider(self): ...          # or: def sandbox(self): ...
+        @pytest.fixture
+        def forbidden_strings(self): ...
+
+See `suite.py` for every fixture a provider may supply.
+"""
+
+from __future__ import annotations
+
+from .asyncops import AsyncTests
+from .executing import ExecuteTests, RedactionTests
+from .files import BytesTests, EditFileTests, ReadFileTests, WriteFileTests
+from .globbing import GlobTests
+from .grepping import GrepTests
+from .hostile_paths import HOSTILE_PATHS, HostileCase, HostilePathTests
+from .jail import NameTests, ReadOnlyTests, SymlinkTests
+from .lifecycle import LifecycleTests
+from .listing import ListDirTests
+from .masking import MaskingTests
+from .suite import CheckedSandbox, ConformanceBase
+
+
+class SearchConformance(GlobTests, GrepTests):
+    """glob and grep only: for running the search area against a second engine."""
+
+
+class SandboxConformance(
+    ReadFileTests,
+    WriteFileTests,
+    EditFileTests,
+    BytesTests,
+    ListDirTests,
+    GlobTests,
+    GrepTests,
+    ExecuteTests,
+    RedactionTests,
+    ReadOnlyTests,
+    SymlinkTests,
+    NameTests,
+    HostilePathTests,
+    MaskingTests,
+    AsyncTests,
+    LifecycleTests,
+):
+    """Every conformance test; subclass it and supply the fixtures in `suite.py`."""
+
+
+__all__ = [
+    "HOSTILE_PATHS",
+    "CheckedSandbox",
+    "ConformanceBase",
+    "HostileCase",
+    "SandboxConformance",
+    "SearchConformance",
+]

@@ -1,0 +1,118 @@
+"""Provider lifecycle: acquire, get, release, destroy, isolation between keys.
+
+These need the `provider` fixture; a subclass that only supplies a
+`sandbox` skips them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from sandkit import ErrorCode, SandboxError, SandboxKey
+from sandkit.provider import SandboxProvider
+
+from .suite import WORKSPACE, ConformanceBase, raises_code, unique
+
+
+class LifecycleTests(ConformanceBase):
+    @pytest.fixture
+    def prov(self, provider: SandboxProvider | None) -> SandboxProvider:
+        if provider is None:
+            pytest.skip("lifecycle tests need a `provider` fixture")
+        return provider
+
+    @pytest.fixture
+    def fresh_key(self, prov: SandboxProvider) -> Iterator[SandboxKey]:
+        key = SandboxKey(unique("user"), unique("thread"))
+        yield key
+        prov.release(key)
+
+    def test_acquire_is_idempotent(self, prov: SandboxProvider, fresh_key: SandboxKey) -> None:
+        first = prov.acquire(fresh_key)
+        first.write_file("hello.txt", "hi")
+        second = prov.acquire(fresh_key)
+        assert second.sandbox_id == first.sandbox_id == fresh_key.sandbox_id
+        assert second.read_file("hello.txt").content == "hi"
+        assert first.read_file("hello.txt").content == "hi"
+
+    def test_concurrent_acquire_gives_one_sandbox(
+        self, prov: SandboxProvider, fresh_key: SandboxKey
+    ) -> None:
+        barrier = threading.Barrier(8)
+
+        def acquire(i: int) -> str:
+            barrier.wait()
+            box = prov.acquire(fresh_key)
+            box.write_file(f"from-{i}.txt", str(i))
+            return box.sandbox_id
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            ids = set(pool.map(acquire, range(8)))
+        assert ids == {fresh_key.sandbox_id}
+        names = {e.name for e in prov.acquire(fresh_key).list_dir(WORKSPACE).entries}
+        assert names == {f"from-{i}.txt" for i in range(8)}
+
+    def test_get_does_not_create(self, prov: SandboxProvider, fresh_key: SandboxKey) -> None:
+        assert prov.get(fresh_key) is None
+        prov.acquire(fresh_key)
+        running = prov.get(fresh_key)
+        assert running is not None and running.sandbox_id == fresh_key.sandbox_id
+        prov.release(fresh_key)
+        assert prov.get(fresh_key) is None
+
+    def test_release_keeps_data_and_stales_handles(
+        self, prov: SandboxProvider, fresh_key: SandboxKey
+    ) -> None:
+        box = prov.acquire(fresh_key)
+        box.write_file("keep.txt", "kept")
+        prov.release(fresh_key)
+        with raises_code(ErrorCode.UNAVAILABLE):
+            box.read_file("keep.txt")
+        with raises_code(ErrorCode.UNAVAILABLE):
+            box.execute("true")
+        again = prov.acquire(fresh_key)
+        assert again.read_file("keep.txt").content == "kept"
+
+    def test_destroy_keeps_thread_data(self, prov: SandboxProvider, fresh_key: SandboxKey) -> None:
+        prov.acquire(fresh_key).write_file("/mnt/user-data/outputs/result.txt", "42")
+        prov.destroy(fresh_key)
+        assert prov.get(fresh_key) is None
+        again = prov.acquire(fresh_key)
+        assert again.read_file("/mnt/user-data/outputs/result.txt").content == "42"
+
+    def test_release_of_an_unknown_key_is_harmless(self, prov: SandboxProvider) -> None:
+        key = SandboxKey(unique("user"), unique("thread"))
+        prov.release(key)
+        prov.destroy(key)
+        assert prov.get(key) is None
+
+    def test_same_thread_id_for_two_users_shares_nothing(self, prov: SandboxProvider) -> None:
+        thread = unique("thread")
+        alice, bob = SandboxKey(unique("alice"), thread), SandboxKey(unique("bob"), thread)
+        try:
+            a, b = prov.acquire(alice), prov.acquire(bob)
+            assert a.sandbox_id != b.sandbox_id
+            a.write_file("secret.txt", "alice only")
+            a.write_file("/mnt/user-data/outputs/o.txt", "alice")
+            with raises_code(ErrorCode.NOT_FOUND):
+                b.read_file("secret.txt")
+            with raises_code(ErrorCode.NOT_FOUND):
+                b.read_file("/mnt/user-data/outputs/o.txt")
+            assert b.grep("alice", WORKSPACE).matches == []
+            assert "secret.txt" not in b.execute("ls -A").stdout
+        finally:
+            prov.release(alice)
+            prov.release(bob)
+
+    def test_error_from_a_released_sandbox_is_a_sandbox_error(
+        self, prov: SandboxProvider, fresh_key: SandboxKey
+    ) -> None:
+        box = prov.acquire(fresh_key)
+        prov.release(fresh_key)
+        with pytest.raises(SandboxError) as info:
+            box.list_dir()
+        assert info.value.code is ErrorCode.UNAVAILABLE
