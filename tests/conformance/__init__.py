@@ -8,7 +8,10 @@
         @pytest.fixture
         def forbidden_strings(self): ...
 
-See `suite.py` for every fixture a provider may supply.
+See `suite.py` for every fixture a provider may supply. `tests` is a
+package and the repository root is on pytest's `pythonpath`, so a
+provider's tests (providers/*/tests, which must not themselves be a
+package named `tests`) import the suite as above.
 """
 
 from __future__ import annotations

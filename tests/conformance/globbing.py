@@ -71,6 +71,13 @@ class GlobTests(ConformanceBase):
             ("readme", []),
             ("*.rs", []),
             ("nothing/**/*.py", []),
+            ("./src/*.py", ["src/d.py"]),
+            ("src/*/", ["src/sub"]),
+            ("**/deep/", ["src/sub/deep"]),
+            ("a**.py", ["a.py"]),
+            ("**/**/*.md", ["docs/api/ref.md", "docs/guide.md", "src/e.md"]),
+            ("data[^1].csv", ["data2.csv"]),
+            ("{src,docs/{api,x}}/*.md", ["docs/api/ref.md", "src/e.md"]),
         ],
     )
     def test_glob_pattern_syntax(
@@ -142,6 +149,9 @@ class GlobTests(ConformanceBase):
         symlink(sb, "/", f"{ws}/root-link")
         found = sb.glob("**/*", path=ws, include_dirs=True).paths
         assert f"{ws}/real/a.py" in found
+        # A link is an entry in the sandbox, whatever it points to; it is never entered.
+        assert f"{ws}/etc-link" in found and f"{ws}/root-link" in found
+        assert ws not in found, "path itself is never listed"
         assert not [p for p in found if p.startswith((f"{ws}/etc-link/", f"{ws}/root-link/"))]
 
     def test_glob_truncated_only_when_more_existed(self, sb: Sandbox, ws: str) -> None:

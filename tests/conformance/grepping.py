@@ -16,6 +16,7 @@ from .suite import (
     make_dirs,
     raises_code,
     sh,
+    symlink,
     write_tree,
 )
 
@@ -221,6 +222,7 @@ class GrepTests(ConformanceBase):
         assert [m.line_number for m in result.matches] == [1, 2]
         assert len(result.matches[0].text) <= limits.grep_line_chars + 20
         assert result.matches[0].text.startswith("x" * 50)
+        assert "needle" in result.matches[0].text, "a match far right stays visible"
         assert result.matches[1].text == "short needle"
 
     def test_grep_binary_files_are_skipped(self, sb: Sandbox, ws: str) -> None:
@@ -266,7 +268,7 @@ class GrepTests(ConformanceBase):
         sb.write_file(f"{ws}/f.txt", "première ligne\r\nZweite Straße\r\n日本語\r\n")
         [match] = sb.grep("straße", path=ws).matches
         assert match.line_number == 2
-        assert match.text.rstrip("\r") == "Zweite Straße"
+        assert match.text == "Zweite Straße", "the \\r of a CRLF ending is not shown"
         assert [m.line_number for m in sb.grep("日本", path=ws).matches] == [3]
         assert [m.line_number for m in sb.grep("ligne$", path=ws).matches] == [1]
 
@@ -287,6 +289,57 @@ class GrepTests(ConformanceBase):
         assert lines(r"\$5") == [7]
         assert lines(r"(?-i:XYZ)") == []
         assert lines(r"XYZ") == [4]
+
+    def test_grep_unicode_case_folding_is_pythons(self, sb: Sandbox, ws: str) -> None:
+        sb.write_file(f"{ws}/f.txt", "\u212a kelvin\nplain k\n\u0130stanbul\n")
+        assert [m.line_number for m in sb.grep("k ", path=ws).matches] == [1]
+        assert [m.line_number for m in sb.grep("k", path=ws, case_sensitive=True).matches] == [1, 2]
+        assert [m.line_number for m in sb.grep("istanbul", path=ws).matches] == [3]
+
+    def test_grep_invalid_utf8_never_matches(self, sb: Sandbox, ws: str) -> None:
+        sb.write_bytes(f"{ws}/f.txt", b"abc\xffdef\n")
+        assert sb.grep("c.d", path=ws).matches == []
+        assert sb.grep("c[^x]d", path=ws).matches == []
+        [match] = sb.grep("def", path=ws).matches
+        assert match.text == "abc\ufffddef"
+
+    def test_grep_utf8_bom_is_dropped(self, sb: Sandbox, ws: str) -> None:
+        sb.write_bytes(f"{ws}/f.txt", "\ufeffhello\nworld\n".encode())
+        [match] = sb.grep("^hello$", path=ws).matches
+        assert (match.line_number, match.text) == (1, "hello")
+
+    def test_grep_glob_filter_on_a_single_file(self, sb: Sandbox, code: str) -> None:
+        util = f"{code}/lib/util.py"
+        assert sb.grep("hello", path=util, glob="*.md").matches == []
+        assert len(sb.grep("hello", path=util, glob="*.py").matches) == 2
+
+    def test_grep_overlapping_contexts_repeat(self, sb: Sandbox, ws: str) -> None:
+        sb.write_file(f"{ws}/f.txt", "a\nhit1\nhit2\nb\n")
+        first, second = sb.grep("hit", path=ws, before=1, after=1).matches
+        assert (first.before, first.after) == (["a"], ["hit2"])
+        assert (second.before, second.after) == (["hit1"], ["b"])
+
+    def test_grep_multiline_long_match_and_same_line_starts(self, sb: Sandbox, ws: str) -> None:
+        sb.write_file(f"{ws}/f.txt", "BEGIN\n" + "x\n" * 30 + "END\n" + "ab ab ab\n")
+        [match] = sb.grep(r"BEGIN\n(x\n)+END", path=ws, multiline=True).matches
+        lines = match.text.split("\n")
+        assert lines[0] == "BEGIN"
+        assert len(lines) <= 21
+        [same] = sb.grep("ab", path=ws, multiline=True).matches
+        assert same.line_number == 33
+        counts = sb.grep("ab", path=ws, multiline=True, output_mode="count").counts
+        assert [c.count for c in counts] == [1]
+
+    def test_grep_does_not_search_through_symlinks(self, sb: Sandbox, ws: str) -> None:
+        sb.write_file(f"{ws}/real.txt", "needle\n")
+        symlink(sb, "real.txt", f"{ws}/alias.txt")
+        result = sb.grep("needle", path=ws, output_mode="files_with_matches")
+        assert result.files == [f"{ws}/real.txt"]
+        # Named explicitly, a link inside the mount is resolved first; the path
+        # reported names the same file.
+        [match] = sb.grep("needle", path=f"{ws}/alias.txt").matches
+        assert match.path in (f"{ws}/alias.txt", f"{ws}/real.txt")
+        assert sb.read_bytes(match.path) == b"needle\n"
 
     def test_grep_hostile_patterns_are_inert(self, sb: Sandbox, ws: str) -> None:
         sb.write_file(f"{ws}/f.txt", "-e\n--pre=sh\n$(touch pwned)\n--files\n")
