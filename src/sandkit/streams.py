@@ -25,6 +25,10 @@ class ByteStream(abc.ABC):
     def close(self) -> None:
         """Release the stream; the agent process exits when its stdin closes."""
 
+    def exit_detail(self) -> str:
+        """Why the agent went away (exit status, stderr tail), for error messages."""
+        return ""
+
 
 # Opens a fresh stream (starting a fresh `agent.pyz --stdio` process).
 StreamOpener = Callable[[], ByteStream]

@@ -178,11 +178,9 @@ class _Channel:
             reason = f"reading from the agent failed: {exc or type(exc).__name__}"
         if self._agent_said:
             reason = f"{reason}: {self._agent_said}"
-        detail = getattr(self.stream, "exit_detail", None)
-        if callable(detail):
-            extra = detail()
-            if extra:
-                reason = f"{reason} ({extra})"
+        extra = self.stream.exit_detail()
+        if extra:
+            reason = f"{reason} ({extra})"
         self.kill(reason)
 
     def _route(self, data: bytes) -> None:
