@@ -147,7 +147,7 @@ build_kubernetes() {
     fi
     for cmd in $SERVER_CMDS; do pkgs="$pkgs k8s.io/kubernetes/cmd/$cmd"; done
     say "building Kubernetes $K8S_VERSION ($SERVER_CMDS) from the Go module proxy;" \
-        "a cold build takes 6-15 min on 2 cores (nice $NICE, -p $GO_PARALLEL)"
+        "a cold build takes ~7 min on 2 idle cores, more when they are busy (nice $NICE, -p $GO_PARALLEL)"
     rm -rf "$BIN_DIR.tmp"
     mkdir -p "$BIN_DIR.tmp"
     # shellcheck disable=SC2086
