@@ -73,10 +73,12 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
 
 need_root() { [ "$(id -u)" = 0 ] || die "must run as root (it starts containerd and the kubelet)"; }
 
-# One `up`/`down` at a time. The lock file sits outside $RUN, which `down` removes.
+# One `up`/`down` at a time. The lock file lives in the (kept) cache dir, not in $RUN or
+# $STATE, which `down` removes.
 take_lock() {
-    exec 8>"/run/sandkit-k8s.lock"
-    flock -w 600 8 || die "another up.sh/down.sh holds /run/sandkit-k8s.lock"
+    mkdir -p "$CACHE"
+    exec 8>"$CACHE/.lock"
+    flock -w 600 8 || die "another up.sh/down.sh holds $CACHE/.lock"
 }
 
 binary_of() {
