@@ -36,6 +36,7 @@ class TimeUp(Exception):
 
 # -- pattern model ---------------------------------------------------------------
 
+
 class _Wild:
     __slots__ = ("text",)
 
@@ -186,7 +187,7 @@ def _parse_braces(text: str, pos: int, depth: int, nested: bool) -> Tuple[List[_
     while i < len(text):
         ch = text[i]
         if ch == "\\":
-            buf.append(text[i:i + 2])
+            buf.append(text[i : i + 2])
             i += 2
         elif ch == "[":
             end = _class_end(text, i)
@@ -252,7 +253,7 @@ def expand_braces(pattern: str) -> List[str]:
 
 def _parse_class(text: str, start: int) -> Tuple[_Class, int]:
     end = _class_end(text, start)
-    body = text[start + 1:end - 1]
+    body = text[start + 1 : end - 1]
     i = 0
     negate = False
     if body[:1] in ("!", "^"):
@@ -328,7 +329,11 @@ def _parse_alternative(text: str, anywhere: bool) -> Optional[Alternative]:
         parts.append(_parse_segment(piece))
     if not parts:
         return None
-    if anywhere and len(parts) == 1 and parts[0] is not RECURSIVE:
+    if parts[-1] is RECURSIVE:
+        # A trailing `**` means "everything inside": at least one more segment,
+        # so `src/**` lists what is in src, not src itself.
+        parts.append(_parse_segment("*"))
+    if anywhere and len(parts) == 1:
         parts.insert(0, RECURSIVE)
     return Alternative(parts, dir_only)
 
@@ -423,12 +428,13 @@ class GlobPattern:
             text = []
             for tok in last.tokens:
                 if tok is _STAR or tok is _ANY:
-                    text.append(str(tok))
+                    # ripgrep's `?` is one byte, not one character: `*` keeps a superset.
+                    text.append("*")
                 elif isinstance(tok, str) and _RG_SAFE.fullmatch(tok):
                     text.append(tok)
                 else:
                     return None
-            glob = "".join(text)
+            glob = re.sub(r"\*+", "*", "".join(text))  # ripgrep rejects a `**` inside a name
             if glob not in out:
                 out.append(glob)
         return out
@@ -508,6 +514,7 @@ def walk(
 
     def listing(real_dir: str, states: Optional[_States]) -> List[_Item]:
         items: List[_Item] = []
+        deadline.check()
         try:
             with os.scandir(real_dir) as it:
                 for entry in it:
@@ -546,7 +553,9 @@ def walk(
             stack.append((listing(real, states), 0, rel + "/"))
             continue
         if pattern is not None and not pattern.accepts(
-            states, kind == KIND_DIR, list_dirs  # type: ignore[arg-type]
+            states,
+            kind == KIND_DIR,
+            list_dirs,  # type: ignore[arg-type]
         ):
             continue
         yield rel, real, kind

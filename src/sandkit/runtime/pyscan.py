@@ -119,55 +119,116 @@ def read_searchable(real: str, max_bytes: int) -> Optional[bytes]:
     return data
 
 
-class Text:
-    """A file's text: UTF-8, BOM dropped; undecodable bytes become surrogate escapes."""
+def strip_bom(data: bytes) -> bytes:
+    return data[3:] if data.startswith(UTF8_BOM) else data
 
-    __slots__ = ("_lines", "invalid", "n_lines", "text")
+
+class Text:
+    """A file's text (BOM already dropped): UTF-8, undecodable bytes as surrogate escapes."""
+
+    __slots__ = ("invalid", "text")
 
     def __init__(self, data: bytes) -> None:
-        if data.startswith(UTF8_BOM):
-            data = data[3:]
         try:
             self.text = data.decode("utf-8")
             self.invalid = False
         except UnicodeDecodeError:
             self.text = data.decode("utf-8", "surrogateescape")
             self.invalid = True
-        text = self.text
-        self.n_lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
-        self._lines: Optional[List[str]] = None
 
-    @property
-    def lines(self) -> List[str]:
-        if self._lines is None:
-            self._lines = self.text.split("\n")
-        return self._lines
 
-    def shown(self, line: str, limit: int, start: Optional[int] = None) -> str:
-        """A line as results show it: no trailing CR, cut to `limit`, U+FFFD for bad bytes."""
-        if line.endswith("\r"):
-            line = line[:-1]
-        line = cut(line, limit, start)
-        if self.invalid and not line.isascii():
-            line = line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        return line
+def show(line: str, limit: int, start: Optional[int] = None) -> str:
+    """A line as results show it: no trailing CR, cut to `limit`, U+FFFD for bad bytes."""
+    if line.endswith("\r"):
+        line = line[:-1]
+    line = cut(line, limit, start)
+    if not line.isascii():
+        line = line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return line
 
 
 def cut(line: str, limit: int, start: Optional[int] = None) -> str:
-    """At most `limit` characters; a window around `start` when the match is far right.
+    """At most `limit` characters of a line, "…" marking what was left out.
 
-    A cut side is marked with "…" (counted in the limit).
+    The line's beginning is always kept; when the match starts too far right
+    to be seen, the second half shows a window around it instead.
     """
     if len(line) <= limit:
         return line
-    if limit < 8:
+    if limit < 16:
         return line[:limit]
-    if start is None or start <= limit // 2:
+    if start is None or start < limit - limit // 4:
         return line[: limit - 1] + ELLIPSIS
-    begin = min(start - limit // 4, len(line) - (limit - 1))
-    if begin + limit - 1 >= len(line):
-        return ELLIPSIS + line[len(line) - (limit - 1):]
-    return ELLIPSIS + line[begin: begin + limit - 2] + ELLIPSIS
+    head = limit // 2 - 1
+    room = limit - head - 1
+    begin = max(head, min(start - room // 5, len(line) - room))
+    window = line[begin : begin + room]
+    if begin + room < len(line):
+        window = window[:-1] + ELLIPSIS
+    return line[:head] + ELLIPSIS + window
+
+
+def _around(
+    buf: Any, nl: Any, start: int, end: int, before: int, after: int
+) -> Tuple[List[Any], List[Any]]:
+    """Raw lines just before the line starting at `start` and after the one ending at `end`."""
+    above: List[Any] = []
+    pos = start
+    while len(above) < before and pos > 0:
+        prev = buf.rfind(nl, 0, pos - 1) + 1
+        above.append(buf[prev : pos - 1])
+        pos = prev
+    above.reverse()
+    below: List[Any] = []
+    pos = end + 1
+    size = len(buf)
+    while len(below) < after and pos < size:
+        stop = buf.find(nl, pos)
+        if stop < 0:
+            stop = size
+        below.append(buf[pos:stop])
+        pos = stop + 1
+    return above, below
+
+
+def _same(raw: str) -> str:
+    return raw
+
+
+def _decoded(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _item(
+    vpath: str,
+    number: int,
+    buf: Any,
+    nl: Any,
+    start: int,
+    end: int,
+    column: int,
+    before: int,
+    after: int,
+    limit: int,
+) -> Dict[str, Any]:
+    """One content result from a str (or bytes) buffer and the match's line span."""
+    as_str = _same if isinstance(buf, str) else _decoded
+    body = buf[start:end].split(nl, MULTILINE_MAX_LINES)
+    rest = 0
+    if len(body) > MULTILINE_MAX_LINES:
+        rest = body.pop().count(nl) + 1
+    shown = [show(as_str(body[0]), limit, column)]
+    shown += [show(as_str(raw), limit) for raw in body[1:]]
+    if rest:
+        shown.append("%s (+%d more lines)" % (ELLIPSIS, rest))
+    above, below = _around(buf, nl, start, end, before, after)
+    return {
+        "path": vpath,
+        "line_number": number,
+        "text": "\n".join(shown),
+        "before": [show(as_str(raw), limit) for raw in above],
+        "after": [show(as_str(raw), limit) for raw in below],
+    }
 
 
 # -- matching -------------------------------------------------------------------
@@ -190,6 +251,11 @@ class _LineCursor:
         return self.line
 
 
+# (line index, line start, line end, column of the first match); in multiline
+# mode the end is the end of the last line the match touches.
+Hit = Tuple[int, int, int, int]
+
+
 class Matcher:
     def __init__(self, spec: Dict[str, Any]) -> None:
         self.rx = re.compile(spec["source"], spec["flags"])
@@ -202,6 +268,18 @@ class Matcher:
         self.never: bool = spec.get("never", False)
         self.whole_ok: bool = spec.get("whole_ok", False)
         self.multiline: bool = spec.get("multiline", False)
+        lit = self.literal
+        # Byte-level prefilter: the literal's UTF-8 bytes occur in every file it matches.
+        self.needle_b: Optional[bytes] = None
+        self.needle_lb: Optional[bytes] = None
+        self.lower_any = bool(spec.get("icase_bytes_any"))
+        if lit:
+            if not self.icase:
+                self.needle_b = lit.encode("utf-8", "surrogatepass")
+            elif lit.isascii():
+                self.needle_lb = lit.lower().encode("ascii")
+        # A pure literal decides files_with_matches and count from the bytes alone.
+        self.bytes_decide = self.pure and bool(lit) and "\n" not in (lit or "\n")
 
     def regex(self, text: Text) -> "re.Pattern[str]":
         if not text.invalid or self._guarded_src is None:
@@ -210,8 +288,23 @@ class Matcher:
             self._guarded = re.compile(self._guarded_src, self._guarded_flags)
         return self._guarded
 
+    def byte_needle(self, data: bytes) -> Optional[Tuple[bytes, bytes]]:
+        """(haystack, needle) for a byte-level literal search of this file, if valid."""
+        if self.needle_b is not None:
+            return data, self.needle_b
+        if self.needle_lb is not None and (self.lower_any or data.isascii()):
+            return data.lower(), self.needle_lb
+        return None
+
+    def rejects(self, data: bytes) -> bool:
+        """True when the file cannot match (checked on the raw bytes, before decoding)."""
+        if self.never:
+            return True
+        found = self.byte_needle(data)
+        return found is not None and found[0].find(found[1]) < 0
+
     def _needle(self, text: Text) -> Tuple[Optional[str], Optional[str]]:
-        """(haystack, needle) for the literal prefilter, or (None, None) when unusable."""
+        """(haystack, needle) for the text-level literal search, or (None, None)."""
         lit = self.literal
         if lit is None:
             return None, None
@@ -221,9 +314,9 @@ class Matcher:
             return text.text.lower(), lit.lower()
         return None, None
 
-    def lines(self, text: Text, deadline: Deadline) -> Iterator[Tuple[int, int]]:
-        """(line index, column of the first match) of every matching line, in order."""
-        if self.never or text.n_lines == 0:
+    def lines(self, text: Text, deadline: Deadline) -> Iterator[Hit]:
+        """Every matching line, in order."""
+        if self.never or not text.text:
             return
         hay, needle = self._needle(text)
         if needle is not None and hay is not None:
@@ -247,7 +340,7 @@ class Matcher:
         needle: str,
         rx: Optional["re.Pattern[str]"],
         deadline: Deadline,
-    ) -> Iterator[Tuple[int, int]]:
+    ) -> Iterator[Hit]:
         src = text.text
         n = len(src)
         cursor = _LineCursor(src)
@@ -257,24 +350,21 @@ class Matcher:
             if i < 0:
                 return
             start = src.rfind("\n", 0, i) + 1
+            if start >= n:
+                return  # the empty "line" after a final newline
             end = src.find("\n", i)
             if end < 0:
                 end = n
-            index = cursor.at(start)
-            if index >= text.n_lines:
-                return
             if rx is None:
-                yield index, i - start
+                yield cursor.at(start), start, end, i - start
             else:
                 m = rx.search(src[start:end])
                 if m is not None:
-                    yield index, m.start()
+                    yield cursor.at(start), start, end, m.start()
             pos = end + 1
             deadline.check(64)
 
-    def _whole(
-        self, text: Text, rx: "re.Pattern[str]", deadline: Deadline
-    ) -> Iterator[Tuple[int, int]]:
+    def _whole(self, text: Text, rx: "re.Pattern[str]", deadline: Deadline) -> Iterator[Hit]:
         src = text.text
         n = len(src)
         cursor = _LineCursor(src)
@@ -285,107 +375,93 @@ class Matcher:
                 return
             s, e = m.span()
             start = src.rfind("\n", 0, s) + 1
+            if start >= n:
+                return
             end = src.find("\n", s)
             if end < 0:
                 end = n
             if e <= end:
-                index = cursor.at(start)
-                if index >= text.n_lines:
-                    return
-                yield index, s - start
+                yield cursor.at(start), start, end, s - start
                 pos = end + 1
             else:
                 # The match crossed a newline: decide each touched line on its own.
                 cur = start
-                while cur <= e - 1 and cur <= n:
+                while cur <= e - 1 and cur < n:
                     line_end = src.find("\n", cur)
                     if line_end < 0:
                         line_end = n
-                    index = cursor.at(cur)
-                    if index >= text.n_lines:
-                        return
                     m2 = rx.search(src[cur:line_end])
                     if m2 is not None:
-                        yield index, m2.start()
+                        yield cursor.at(cur), cur, line_end, m2.start()
                     cur = line_end + 1
                 pos = cur
             deadline.check(64)
 
-    def _per_line(
-        self, text: Text, rx: "re.Pattern[str]", deadline: Deadline
-    ) -> Iterator[Tuple[int, int]]:
-        lines = text.lines
+    def _per_line(self, text: Text, rx: "re.Pattern[str]", deadline: Deadline) -> Iterator[Hit]:
+        lines = text.text.split("\n")
+        if lines[-1] == "":
+            lines.pop()
         search = rx.search
-        for index in range(text.n_lines):
-            m = search(lines[index])
+        start = 0
+        for index, line in enumerate(lines):
+            m = search(line)
             if m is not None:
-                yield index, m.start()
+                yield index, start, start + len(line), m.start()
+            start += len(line) + 1
             if index & 1023 == 0:
                 deadline.check()
 
-    def spans(self, text: Text, deadline: Deadline) -> Iterator[Tuple[int, int, int]]:
-        """Multiline mode: (first line, last line, column) per line where a match starts."""
-        if text.n_lines == 0:
+    def spans(self, text: Text, deadline: Deadline) -> Iterator[Hit]:
+        """Multiline mode: one hit per line where a match starts."""
+        src = text.text
+        if not src:
             return
         hay, needle = self._needle(text)
         if needle is not None and hay is not None and needle not in hay:
             return
-        src = text.text
+        n = len(src)
         cursor = _LineCursor(src)
         last = -1
         for m in self.regex(text).finditer(src):
             deadline.check(256)
             s, e = m.span()
-            index = cursor.at(s)
-            if index >= text.n_lines:
+            start = src.rfind("\n", 0, s) + 1
+            if start >= n:
                 return
+            index = cursor.at(start)
             if index == last:
                 continue
             last = index
-            line_start = src.rfind("\n", 0, s) + 1
-            stop = max(s, e - 1)
-            final = min(index + src.count("\n", s, stop), text.n_lines - 1)
-            yield index, final, s - line_start
+            end = src.find("\n", max(s, e - 1))
+            yield index, start, n if end < 0 else end, s - start
 
-    def first(self, text: Text, deadline: Deadline) -> bool:
-        if self.multiline:
-            return next(iter(self.spans(text, deadline)), None) is not None
-        return next(iter(self.lines(text, deadline)), None) is not None
+    def hits(self, text: Text, deadline: Deadline) -> Iterator[Hit]:
+        return self.spans(text, deadline) if self.multiline else self.lines(text, deadline)
 
-    def count(self, text: Text, deadline: Deadline) -> int:
-        found = self.spans(text, deadline) if self.multiline else self.lines(text, deadline)
-        return sum(1 for _ in found)
+    def first(self, data: bytes, deadline: Deadline) -> bool:
+        if self.bytes_decide:
+            return True  # `rejects` already found the literal
+        return next(iter(self.hits(Text(data), deadline)), None) is not None
+
+    def count(self, data: bytes, deadline: Deadline) -> int:
+        found = self.byte_needle(data) if self.bytes_decide else None
+        if found is None:
+            return sum(1 for _ in self.hits(Text(data), deadline))
+        hay, needle = found
+        total = 0
+        pos = 0
+        while True:
+            i = hay.find(needle, pos)
+            if i < 0:
+                return total
+            total += 1
+            end = hay.find(b"\n", i + len(needle))
+            if end < 0:
+                return total
+            pos = end + 1
 
 
 # -- results ----------------------------------------------------------------------
-
-
-def build_match(
-    path: str,
-    text: Text,
-    index: int,
-    column: int,
-    final: int,
-    before: int,
-    after: int,
-    limit: int,
-) -> Dict[str, Any]:
-    lines = text.lines
-    shown = [text.shown(lines[index], limit, column)]
-    last_shown = min(final, index + MULTILINE_MAX_LINES - 1)
-    shown += [text.shown(lines[i], limit) for i in range(index + 1, last_shown + 1)]
-    if final > last_shown:
-        shown.append("%s (+%d more lines)" % (ELLIPSIS, final - last_shown))
-    return {
-        "path": path,
-        "line_number": index + 1,
-        "text": "\n".join(shown),
-        "before": [text.shown(lines[i], limit) for i in range(max(0, index - before), index)],
-        "after": [
-            text.shown(lines[i], limit)
-            for i in range(final + 1, min(text.n_lines, final + 1 + after))
-        ],
-    }
 
 
 def _iter_files(req: Dict[str, Any], deadline: Deadline) -> Iterator[Tuple[str, str]]:
@@ -423,73 +499,77 @@ def search(req: Dict[str, Any], deadline: Optional[Deadline] = None) -> Dict[str
     items: List[Any] = []
     for vpath, real in _iter_files(req, deadline):
         deadline.check()
-        data = read_searchable(real, max_bytes)
-        if data is None:
+        raw = read_searchable(real, max_bytes)
+        if raw is None:
             continue
-        text = Text(data)
+        data = strip_bom(raw)
+        if matcher.rejects(data):
+            continue
         if mode == "content":
-            found: Iterator[Tuple[int, int, int]]
-            if matcher.multiline:
-                found = matcher.spans(text, deadline)
-            else:
-                found = ((i, i, c) for i, c in matcher.lines(text, deadline))
-            for index, final, column in found:
+            text = Text(data)
+            src = text.text
+            for index, start, end, column in matcher.hits(text, deadline):
                 if skip:
                     skip -= 1
                     continue
                 if len(items) == cap:
                     return {"items": items, "more": True}
-                items.append(build_match(vpath, text, index, column, final, before, after, limit))
+                items.append(
+                    _item(vpath, index + 1, src, "\n", start, end, column, before, after, limit)
+                )
             continue
         if skip or len(items) == cap:
-            if not matcher.first(text, deadline):
+            if not matcher.first(data, deadline):
                 continue
             if skip:
                 skip -= 1
                 continue
             return {"items": items, "more": True}
         if mode == "files_with_matches":
-            if matcher.first(text, deadline):
+            if matcher.first(data, deadline):
                 items.append(vpath)
         else:
-            count = matcher.count(text, deadline)
+            count = matcher.count(data, deadline)
             if count:
                 items.append({"path": vpath, "count": count})
     return {"items": items, "more": False}
 
 
 def content_from_lines(
-    pages: Sequence[Tuple[str, str, Sequence[Tuple[int, int]], int]],
+    pages: Sequence[Tuple[str, str, Sequence[Tuple[int, int, int]], int]],
     take: int,
     before: int,
     after: int,
     limit: int,
     max_bytes: int,
 ) -> Optional[List[Dict[str, Any]]]:
-    """Content results from line numbers found elsewhere (ripgrep's exact verdict).
+    """Content results from matches found elsewhere (ripgrep's exact verdict).
 
-    `pages` holds (virtual path, real path, [(1-based line, byte column)], results
-    to skip in this file). None when a file no longer reads the same (it changed
-    or became unreadable), so the caller can start over in Python.
+    `pages` holds (virtual path, real path, [(1-based line, byte offset of the
+    line, byte column of the match)], results to skip in this file). None when
+    a file no longer reads the same (it changed or became unreadable), so the
+    caller can start over in Python.
     """
     items: List[Dict[str, Any]] = []
     for vpath, real, found, skip in pages:
-        data = read_searchable(real, max_bytes)
-        if data is None:
+        raw = read_searchable(real, max_bytes)
+        if raw is None:
             return None
-        text = Text(data)
-        for number, byte_column in list(found)[skip:]:
+        data = strip_bom(raw)
+        size = len(data)
+        for number, offset, byte_column in list(found)[skip:]:
             if len(items) == take:
                 return items
-            index = number - 1
-            if index >= text.n_lines:
+            if offset > size or (offset and data[offset - 1] != 10) or offset == size:
                 return None
-            line = text.lines[index]
-            column = byte_column
-            if not line.isascii():
-                raw = line.encode("utf-8", "surrogateescape")
-                column = len(raw[:byte_column].decode("utf-8", "surrogateescape"))
-            items.append(build_match(vpath, text, index, column, index, before, after, limit))
+            end = data.find(b"\n", offset)
+            if end < 0:
+                end = size
+            head = data[offset : offset + byte_column]
+            column = byte_column if head.isascii() else len(head.decode("utf-8", "surrogateescape"))
+            items.append(
+                _item(vpath, number, data, b"\n", offset, end, column, before, after, limit)
+            )
     return items
 
 

@@ -175,16 +175,18 @@ def _text(field: Dict[str, str]) -> bytes:
     return base64.b64decode(field["bytes"])
 
 
-def parse_json_lines(out: bytes) -> Dict[str, List[Tuple[int, int]]]:
-    """`--json` output: for each path, (line number, byte column of the first match)."""
-    found: Dict[str, List[Tuple[int, int]]] = {}
+def parse_json_lines(out: bytes) -> Dict[str, List[Tuple[int, int, int]]]:
+    """`--json` output: per path, (line number, line offset, match column), in bytes."""
+    found: Dict[str, List[Tuple[int, int, int]]] = {}
     for record in out.split(b"\n"):
         if not record.startswith(b'{"type":"match"'):
             continue
         data = json.loads(record)["data"]
         path = _fs(_text(data["path"]))
         submatches = data.get("submatches") or [{"start": 0}]
-        found.setdefault(path, []).append((int(data["line_number"]), int(submatches[0]["start"])))
+        found.setdefault(path, []).append(
+            (int(data["line_number"]), int(data["absolute_offset"]), int(submatches[0]["start"]))
+        )
     for rows in found.values():
         rows.sort()
     return found

@@ -84,6 +84,10 @@ MAX_RUST_CHARS = 100_000
 # Patterns up to this many nodes without repeats run in-process (bounded cost).
 SAFE_NODES = 16
 
+# ASCII letters that match a non-ASCII character under re.IGNORECASE (K: the
+# Kelvin sign, U+0130, U+0131, U+017F). tests/test_grep.py recomputes this from `re` itself.
+ICASE_PARTNERED = frozenset("iksIKS")
+
 Ranges = Tuple[Tuple[int, int], ...]
 _ANY_NO_NL: Ranges = ((0, 9), (11, 0xD7FF), (0xE000, 0x10FFFF))
 _ANY_ALL: Ranges = ((0, 0xD7FF), (0xE000, 0x10FFFF))
@@ -143,9 +147,7 @@ def _ascii_table(flags: int) -> Dict[int, Ranges]:
     table = _ASCII_TABLES.get(key)
     if table is not None:
         return table
-    candidates = [
-        cp for lo, hi in scan_ranges("[\\x00-\\x7f]", key) for cp in range(lo, hi + 1)
-    ]
+    candidates = [cp for lo, hi in scan_ranges("[\\x00-\\x7f]", key) for cp in range(lo, hi + 1)]
     built: Dict[int, List[int]] = {c: [] for c in range(128)}
     for c in range(128):
         rx = re.compile(_py_char(c), key)
@@ -324,8 +326,12 @@ class _RustEmitter:
         self.groups: Dict[int, str] = {}
         self.scanned: Set[Tuple[Any, Any, int]] = set()
 
-    def seq(self, items: Any, flags: int) -> str:
-        return "".join(self.node(op, av, flags) for op, av in items)
+    def seq(self, items: Any, flags: int, tail: bool = False) -> str:
+        items = list(items)
+        last = len(items) - 1
+        return "".join(
+            self.node(op, av, flags, tail and i == last) for i, (op, av) in enumerate(items)
+        )
 
     def chars(self, op: Any, av: Any, flags: int) -> str:
         if op is not ANY and (flags & ICASE or op is not LITERAL):
@@ -337,14 +343,15 @@ class _RustEmitter:
             ranges = _without(ranges, 10)
         return rust_class(ranges)
 
-    def node(self, op: Any, av: Any, flags: int) -> str:
+    def node(self, op: Any, av: Any, flags: int, tail: bool) -> str:
+        """`tail`: nothing that consumes text can follow this node in a match."""
         if op in _CHAR_OPS:
             return self.chars(op, av, flags)
         if op is BRANCH:
-            return "(?:" + "|".join(self.seq(alt, flags) for alt in av[1]) + ")"
+            return "(?:" + "|".join(self.seq(alt, flags, tail) for alt in av[1]) + ")"
         if op is SUBPATTERN:
             gid, add, delete, sub = av
-            inner = self.seq(sub, (flags | add) & ~delete)
+            inner = self.seq(sub, (flags | add) & ~delete, tail)
             if gid is not None:
                 self.groups[gid] = inner
             return "(?:" + inner + ")"
@@ -354,35 +361,37 @@ class _RustEmitter:
                 self.exact = False
             return "(?:" + self.seq(sub, flags) + ")" + _quantifier(lo, hi)
         if op is AT:
-            return self.at(av)
+            return self.at(av, tail)
         if op is GROUPREF:
             self.exact = False
             return "(?:" + self.groups.get(av, "(?s:.)*" if self.multiline else ".*") + ")"
         if op is GROUPREF_EXISTS:
             self.exact = False
             _, yes, no = av
-            return "(?:" + self.seq(yes, flags) + "|" + (self.seq(no, flags) if no else "") + ")"
+            no_src = self.seq(no, flags, tail) if no else ""
+            return "(?:" + self.seq(yes, flags, tail) + "|" + no_src + ")"
         if op is ASSERT or op is ASSERT_NOT:
             self.exact = False
             return ""
         if op is ATOMIC_GROUP:
             self.exact = False
-            return "(?:" + self.seq(av, flags) + ")"
+            return "(?:" + self.seq(av, flags, tail) + ")"
         raise _Untranslatable(str(op))
 
-    def at(self, code: Any) -> str:
+    def at(self, code: Any, tail: bool) -> str:
         if code in (_c.AT_BOUNDARY, _c.AT_NON_BOUNDARY):
             self.exact = False
             return ""
-        if not self.multiline:
-            # Per-line semantics: every anchor means a line boundary.
-            if code in (_c.AT_BEGINNING, _c.AT_BEGINNING_STRING):
+        if code in (_c.AT_BEGINNING, _c.AT_BEGINNING_STRING):
+            # Per line, both mean the line start; in multiline mode only `^` keeps a meaning.
+            if not self.multiline:
                 return "^"
-            return "$"
-        if code is _c.AT_BEGINNING:
-            return "(?m:^)"
-        if code is _c.AT_END:
-            return "(?m:$)"
+            return "(?m:^)" if code is _c.AT_BEGINNING else ""
+        # `$` also matches before the CR of a CRLF ending (see crlf_end below). ripgrep
+        # consumes that CR instead, which is only equivalent when nothing can follow.
+        if not self.multiline and tail:
+            return "\\r?$"
+        self.exact = False
         return ""
 
 
@@ -393,11 +402,22 @@ def _flag_letters(flags: int) -> str:
     return "".join(letter for bit, letter in _FLAG_LETTERS if flags & bit)
 
 
-class _PyEmitter:
-    """Python AST -> equivalent Python source; with `guard`, undecodable bytes never match."""
+# `$` (and, per line, `\\Z`) also match just before the CR of a CRLF line ending.
+CRLF_END = "(?=\\r?$)"
+CRLF_END_STRING = "(?=\\r?\\Z)"
 
-    def __init__(self, guard: bool) -> None:
+
+class _PyEmitter:
+    """Python AST -> Python source with the grep semantics.
+
+    `crlf`: `$` (and per-line `\\Z`) accept a CR before the line end.
+    `guard`: undecodable bytes (surrogate escapes) never match.
+    """
+
+    def __init__(self, guard: bool, crlf: bool, multiline: bool) -> None:
         self.guard = guard
+        self.crlf = crlf
+        self.multiline = multiline
 
     def seq(self, items: Any) -> str:
         return "".join(self.node(op, av) for op, av in items)
@@ -431,6 +451,10 @@ class _PyEmitter:
             quant = "{%d,}" % lo if unbounded else "{%d,%d}" % (lo, hi)
             return "(?:%s)%s%s" % (self.seq(sub), quant, suffix)
         if op is AT:
+            if self.crlf and av is _c.AT_END:
+                return CRLF_END
+            if self.crlf and av is _c.AT_END_STRING and not self.multiline:
+                return CRLF_END_STRING
             return _AT_PY[av]
         if op is GROUPREF:
             return "(?P=g%d)" % av
@@ -441,8 +465,10 @@ class _PyEmitter:
             return "(?(g%d)%s|%s)" % (gid, self.seq(yes), self.seq(no))
         if op is ASSERT or op is ASSERT_NOT:
             direction, sub = av
-            kind = ("=" if op is ASSERT else "!") if direction == 1 else (
-                "<=" if op is ASSERT else "<!"
+            kind = (
+                ("=" if op is ASSERT else "!")
+                if direction == 1
+                else ("<=" if op is ASSERT else "<!")
             )
             return "(?%s%s)" % (kind, self.seq(sub))
         if op is ATOMIC_GROUP:
@@ -450,8 +476,8 @@ class _PyEmitter:
         raise _Untranslatable(str(op))
 
 
-def emit_python(parsed: Any, guard: bool) -> str:
-    return _PyEmitter(guard).seq(parsed)
+def emit_python(parsed: Any, guard: bool, crlf: bool = True, multiline: bool = False) -> str:
+    return _PyEmitter(guard, crlf, multiline).seq(parsed)
 
 
 # -- facts for the scanner ---------------------------------------------------------
@@ -463,6 +489,7 @@ class _Facts:
         self.repeats = False
         self.backrefs = False
         self.whole_ok = True
+        self.line_end = False
 
     def visit(self, items: Any, flags: int) -> None:
         for op, av in items:
@@ -488,6 +515,8 @@ class _Facts:
             elif op is ATOMIC_GROUP:
                 self.visit(av, flags)
             elif op is AT:
+                if av in (_c.AT_END, _c.AT_END_STRING):
+                    self.line_end = True
                 string_anchor = av in (_c.AT_BEGINNING_STRING, _c.AT_END_STRING)
                 line_anchor = av in (_c.AT_BEGINNING, _c.AT_END)
                 if string_anchor or av is _c.AT_NON_BOUNDARY or (line_anchor and not flags & M):
@@ -529,12 +558,20 @@ def _literal_runs(items: Any, flags: int, icase: bool) -> Tuple[List[str], bool]
 class PatternInfo:
     """Everything both engines need to know about one grep pattern."""
 
-    def __init__(self, pattern: str, literal: bool, case_sensitive: bool, multiline: bool) -> None:
+    def __init__(
+        self,
+        pattern: str,
+        literal: bool,
+        case_sensitive: bool,
+        multiline: bool,
+        translate: bool = True,
+    ) -> None:
         if len(pattern) > MAX_PATTERN_CHARS:
             raise PatternError("pattern is longer than %d characters" % MAX_PATTERN_CHARS)
         self.source = re.escape(pattern) if literal else pattern
         self.multiline = multiline
-        self.flags = M | (0 if case_sensitive else ICASE) | (S if multiline else 0)
+        # multiline lets a match span lines; `.` still stops at "\\n" unless (?s) is used.
+        self.flags = M | (0 if case_sensitive else ICASE)
         try:
             self.compiled = re.compile(self.source, self.flags)
             parsed = _parser.parse(self.source, self.flags)
@@ -552,23 +589,47 @@ class PatternInfo:
         else:
             self.literal = max(runs, key=len) if runs else None
         self.pure_literal = pure
+        # Lower-casing the raw bytes is a valid prefilter even for non-ASCII files.
+        self.icase_bytes_any = (
+            self.icase
+            and self.literal is not None
+            and self.literal.isascii()
+            and not ICASE_PARTNERED.intersection(self.literal)
+        )
         # A line never contains "\n", so outside multiline mode such a literal never matches.
         self.never = not multiline and self.literal is not None and "\n" in self.literal
         self.whole_ok = facts.whole_ok
-        self.safe = pure or (
-            not facts.repeats and not facts.backrefs and facts.nodes <= SAFE_NODES
-        )
+        self.safe = pure or (not facts.repeats and not facts.backrefs and facts.nodes <= SAFE_NODES)
         self.compile_flags = state_flags & ~X
+        self.effective = self.source
+        self.effective_flags = self.flags
+        if facts.line_end:
+            # Re-emitted so that `$` also matches before the CR of a CRLF ending.
+            try:
+                self.effective = emit_python(parsed, False, True, multiline)
+                self.effective_flags = self.compile_flags
+                re.compile(self.effective, self.effective_flags)
+            except (_Untranslatable, re.error, RecursionError, OverflowError):
+                self.effective, self.effective_flags = self.source, self.flags
         try:
-            self.guarded: Optional[str] = emit_python(parsed, guard=True)
+            self.guarded: Optional[str] = emit_python(parsed, True, True, multiline)
             re.compile(self.guarded, self.compile_flags)
         except (_Untranslatable, re.error, RecursionError, OverflowError):
             self.guarded = None
         self.rust: Optional[str] = None
         self.rust_exact = False
+        self._parsed = parsed
+        self._state_flags = state_flags
+        if translate:
+            self.translate()
+
+    def translate(self) -> None:
+        """Compute the ripgrep translation (only needed when ripgrep will run)."""
+        if self.rust is not None:
+            return
         try:
-            emitter = _RustEmitter(multiline)
-            rust = emitter.seq(parsed, state_flags)
+            emitter = _RustEmitter(self.multiline)
+            rust = emitter.seq(self._parsed, self._state_flags, tail=True)
             if len(rust) <= MAX_RUST_CHARS:
                 self.rust = rust
                 self.rust_exact = emitter.exact
@@ -578,13 +639,14 @@ class PatternInfo:
     def scan_spec(self) -> Dict[str, Any]:
         """The JSON-able part the Python scanner needs (it may run in another process)."""
         return {
-            "source": self.source,
-            "flags": self.flags,
+            "source": self.effective,
+            "flags": self.effective_flags,
             "guarded": self.guarded,
             "compile_flags": self.compile_flags,
             "literal": self.literal,
             "icase": self.icase,
             "pure_literal": self.pure_literal,
+            "icase_bytes_any": self.icase_bytes_any,
             "never": self.never,
             "whole_ok": self.whole_ok,
             "multiline": self.multiline,

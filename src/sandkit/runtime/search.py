@@ -191,7 +191,7 @@ def grep(
     offset: Any = 0,
 ) -> Dict[str, Any]:
     """Search file contents with a Python-dialect regex (or a literal)."""
-    pattern = require_str("pattern", pattern)
+    pattern = require_str("pattern", pattern, allow_empty=False)
     literal = require_bool("literal", literal)
     case_sensitive = require_bool("case_sensitive", case_sensitive)
     multiline = require_bool("multiline", multiline)
@@ -218,12 +218,14 @@ def grep(
                     ErrorCode.INVALID_PATTERN, "invalid glob filter: %s" % exc
                 ) from None
     try:
-        info = PatternInfo(pattern, literal, case_sensitive, multiline)
+        info = PatternInfo(pattern, literal, case_sensitive, multiline, translate=False)
     except PatternError as exc:
         raise SandboxError(ErrorCode.INVALID_PATTERN, str(exc)) from None
     resolved = ctx.mapping.resolve(path)
     root_stat = _stat_root(resolved)
     mode_bits = root_stat.st_mode
+    if ctx.rg_path and stat.S_ISDIR(mode_bits):
+        info.translate()
     result: Dict[str, Any] = {
         "path": resolved.virtual,
         "pattern": pattern,
@@ -292,7 +294,7 @@ def _relative(query: _Query, paths: Sequence[str]) -> List[str]:
     for path in paths:
         if not path.startswith(prefix):
             continue
-        rel = path[len(prefix):]
+        rel = path[len(prefix) :]
         if query.glob_filter is None or query.glob_filter.match_path(rel):
             rels.append(rel)
     rels.sort()
