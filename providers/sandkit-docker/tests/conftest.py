@@ -61,6 +61,8 @@ def _remove_leftover_containers() -> Iterator[None]:
         for container in session_containers(client):
             with contextlib.suppress(Exception):
                 container.remove(force=True, v=True)
+        with contextlib.suppress(Exception):
+            client.volumes.prune(filters={"label": f"{SESSION_LABEL}={SESSION}"})
 
 
 @pytest.fixture(scope="session")

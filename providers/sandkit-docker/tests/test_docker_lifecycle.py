@@ -137,13 +137,17 @@ def test_destroy_removes_the_container_but_not_the_data(
     assert provider.acquire(k).read_file("survivor.txt").content == "still here\n"
 
 
-def test_shutdown_leaves_no_container_of_the_owner(provider: DockerProvider, owned: Owned) -> None:
+def test_shutdown_leaves_no_container_of_the_owner(
+    provider: DockerProvider, owned: Owned, docker_client: Any, owner: str
+) -> None:
     for name in ("a", "b", "c"):
         provider.acquire(key(f"shutdown-{name}"))
     provider.release(key("shutdown-b"))
     assert len(owned()) == 3
     provider.shutdown()
     assert owned() == []
+    volumes = docker_client.volumes.list(filters={"label": f"sandkit.owner={owner}"})
+    assert volumes == []
 
 
 def test_shutdown_cleans_up_after_a_crashed_instance(

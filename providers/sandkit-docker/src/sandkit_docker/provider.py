@@ -212,6 +212,12 @@ class DockerProvider(SandboxProvider):
             raise engine_error(exc, "listing containers at shutdown") from None
         with ThreadPoolExecutor(8, thread_name_prefix="sandkit-docker-shutdown") as pool:
             list(pool.map(self._shut_one, containers))
+        # Agent volumes the engine could not delete with their container (it only
+        # logs that); prune spares volumes still used by a (stopped) container.
+        try:
+            client.volumes.prune(filters=owner_filter(self.options))
+        except docker.errors.APIError as exc:
+            log.warning("shutdown: pruning agent volumes: %s", exc)
 
     def _shut_one(self, container: Any) -> None:
         try:

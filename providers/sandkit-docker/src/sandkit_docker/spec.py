@@ -47,8 +47,14 @@ def create_kwargs(
     ]
     # The agent lives in an anonymous volume: writable for put_archive even when
     # the root filesystem is read-only, root-owned so the sandbox user cannot
-    # replace it, and gone with the container (remove(v=True)).
-    mounts.append(DockerMount(target=AGENT_DIR, source=None, type="volume"))
+    # replace it, and gone with the container (remove(v=True)). Labelled, so one
+    # the engine failed to delete can still be found and pruned.
+    volume_labels = {
+        **options.labels,
+        LABEL_OWNER: options.owner,
+        LABEL_SANDBOX_ID: key.sandbox_id,
+    }
+    mounts.append(DockerMount(target=AGENT_DIR, source=None, type="volume", labels=volume_labels))
     host_config: dict[str, Any] = {
         "user": options.user,
         "mounts": mounts,
