@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -310,6 +311,29 @@ def test_missing_image_is_unavailable_and_says_so(
     assert info.value.code is ErrorCode.UNAVAILABLE
     assert "sandkit/does-not-exist:never" in info.value.message
     assert owned() == []
+
+
+@pytest.fixture
+def image_without_python(docker_client: Any, image: str, owner: str) -> Iterator[str]:
+    tag = f"sandkit-test/no-python:{owner}"
+    dockerfile = f'FROM {image}\nUSER root\nRUN rm -f "$(command -v python3)"\n'
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    yield tag
+    # Runs before the provider's shutdown: remove its containers first, or the
+    # image would only be untagged and stay behind.
+    for container in docker_client.containers.list(all=True, filters={"ancestor": tag}):
+        container.remove(force=True, v=True)
+    docker_client.images.remove(tag, force=True)
+
+
+def test_an_image_without_python3_says_why(
+    make_provider: Callable[..., DockerProvider], image_without_python: str
+) -> None:
+    provider = make_provider(image=image_without_python)
+    with pytest.raises(SandboxError) as info:
+        provider.acquire(key("no-python"))
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    assert "python3" in info.value.message
 
 
 def test_unreachable_engine_is_unavailable(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ _HEADER = struct.Struct(">BxxxL")
 _STDOUT, _STDERR = 1, 2
 _RECV_BYTES = 256 * 1024
 STDERR_KEEP_BYTES = 64 * 1024
+HEAD_KEEP_BYTES = 2048
 
 
 class DockerExecStream(ByteStream):
@@ -52,6 +53,9 @@ class DockerExecStream(ByteStream):
         self._pending = bytearray()
         self._out = bytearray()
         self._stderr = bytearray()
+        # The first stdout bytes: when the exec itself fails, the engine writes
+        # its reason there ("executable file not found"), not a JSON line.
+        self._head = bytearray()
         self._eof = False
         self._closed = False
         self._write_lock = threading.Lock()
@@ -154,6 +158,9 @@ class DockerExecStream(ByteStream):
         """Why the agent is gone, for the transport's UNAVAILABLE message."""
         code = self.exit_code()
         lines = [line.strip() for line in self.stderr_tail().splitlines() if line.strip()]
+        head = self._head.decode("utf-8", "replace").strip()
+        if head and not head.startswith("{"):
+            lines.append(head.splitlines()[0].strip())
         last = lines[-1][:500] if lines else ""
         if code is None and not last:
             return ""
@@ -191,6 +198,8 @@ class DockerExecStream(ByteStream):
             self._frame_left -= take
             if self._frame_type == _STDOUT:
                 self._out += part
+                if len(self._head) < HEAD_KEEP_BYTES:
+                    self._head += part[: HEAD_KEEP_BYTES - len(self._head)]
             elif self._frame_type == _STDERR:
                 self._stderr += part
                 if len(self._stderr) > STDERR_KEEP_BYTES:
