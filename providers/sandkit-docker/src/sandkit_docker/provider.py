@@ -307,17 +307,19 @@ class DockerProvider(SandboxProvider):
             raise engine_error(exc, f"inspecting sandbox {key.sandbox_id}") from None
         return attrs
 
-    def _adoptable(self, attrs: dict[str, Any], key: SandboxKey) -> bool:
+    def _adoptable(
+        self, attrs: dict[str, Any], key: SandboxKey, spec: dict[str, Any] | None = None
+    ) -> bool:
+        """Ours, for this key, and created with the settings we would use now."""
+        if spec is None:
+            layout = ThreadLayout.for_key(self.settings, key)
+            spec = create_kwargs(self.options, layout, self._payload().digest)
         labels = attrs.get("Config", {}).get("Labels") or {}
         return bool(
             labels.get(LABEL_OWNER) == self.options.owner
             and labels.get(LABEL_SANDBOX_ID) == key.sandbox_id
-            and labels.get(LABEL_SPEC) == self._spec(key)["labels"][LABEL_SPEC]
+            and labels.get(LABEL_SPEC) == spec["labels"][LABEL_SPEC]
         )
-
-    def _spec(self, key: SandboxKey) -> dict[str, Any]:
-        layout = ThreadLayout.for_key(self.settings, key)
-        return create_kwargs(self.options, layout, self._payload().digest)
 
     def _ensure_running(self, box: _Box) -> None:
         """Make the key's container exist and run; adopt, restart or (re)create it."""
@@ -329,7 +331,7 @@ class DockerProvider(SandboxProvider):
         mask = layout.host_mapping().mask
         try:
             attrs = self._inspect(key)
-            if attrs is not None and not self._adoptable(attrs, key):
+            if attrs is not None and not self._adoptable(attrs, key, kwargs):
                 log.info("recreating %s: created with other settings", kwargs["name"])
                 self._remove_quietly(attrs["Id"])
                 attrs = None
@@ -405,12 +407,16 @@ class DockerProvider(SandboxProvider):
         return attrs
 
     def _remove_quietly(self, container_id: str) -> None:
+        """Remove a container and wait until its name is free again."""
         with contextlib.suppress(docker.errors.NotFound):
             try:
                 self.client.api.remove_container(container_id, force=True, v=True)
             except docker.errors.APIError as exc:
-                if exc.status_code != 409:
+                if exc.status_code != 409:  # 409: someone else is removing it
                     raise
+        deadline = time.monotonic() + FOREIGN_START_WAIT_S
+        while self._inspect_name(container_id) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _put_payload(self, container_id: str, payload: Payload) -> None:
         if not self.client.api.put_archive(container_id, AGENT_DIR, payload.archive):
