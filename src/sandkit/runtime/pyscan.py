@@ -267,6 +267,7 @@ class Matcher:
         self.pure: bool = spec.get("pure_literal", False)
         self.never: bool = spec.get("never", False)
         self.whole_ok: bool = spec.get("whole_ok", False)
+        self.fast_prefix: bool = spec.get("fast_prefix", False)
         self.multiline: bool = spec.get("multiline", False)
         lit = self.literal
         # Byte-level prefilter: the literal's UTF-8 bytes occur in every file it matches.
@@ -296,12 +297,15 @@ class Matcher:
             return data.lower(), self.needle_lb
         return None
 
-    def rejects(self, data: bytes) -> bool:
-        """True when the file cannot match (checked on the raw bytes, before decoding)."""
+    def rejects(self, data: bytes) -> Tuple[bool, Optional[Tuple[bytes, bytes]]]:
+        """(True when the file cannot match, the byte-level haystack and needle if any).
+
+        Checked on the raw bytes, before decoding.
+        """
         if self.never:
-            return True
+            return True, None
         found = self.byte_needle(data)
-        return found is not None and found[0].find(found[1]) < 0
+        return found is not None and found[0].find(found[1]) < 0, found
 
     def _needle(self, text: Text) -> Tuple[Optional[str], Optional[str]]:
         """(haystack, needle) for the text-level literal search, or (None, None)."""
@@ -325,7 +329,7 @@ class Matcher:
                 return
             if needle not in hay:
                 return
-            if len(needle) >= _MIN_PREFILTER or not self.whole_ok:
+            if not self.whole_ok or (len(needle) >= _MIN_PREFILTER and not self.fast_prefix):
                 yield from self._by_literal(text, hay, needle, self.regex(text), deadline)
                 return
         if self.whole_ok:
@@ -438,14 +442,50 @@ class Matcher:
     def hits(self, text: Text, deadline: Deadline) -> Iterator[Hit]:
         return self.spans(text, deadline) if self.multiline else self.lines(text, deadline)
 
+    def byte_hits(
+        self, data: bytes, found: Optional[Tuple[bytes, bytes]], deadline: Deadline
+    ) -> Optional[Iterator[Hit]]:
+        """Hits of a pure literal found on the raw bytes (positions in bytes), if possible.
+
+        Valid for invalid UTF-8 too: the literal's encoding can only start at a
+        character boundary, and no undecodable byte is part of it.
+        """
+        if not self.bytes_decide or self.multiline or found is None:
+            return None
+        return self._byte_hits(data, found[0], found[1], deadline)
+
+    def _byte_hits(
+        self, data: bytes, hay: bytes, needle: bytes, deadline: Deadline
+    ) -> Iterator[Hit]:
+        n = len(data)
+        line = 0
+        counted = 0
+        pos = 0
+        while True:
+            i = hay.find(needle, pos)
+            if i < 0:
+                return
+            start = data.rfind(b"\n", 0, i) + 1
+            end = data.find(b"\n", i + len(needle))
+            if end < 0:
+                end = n
+            line += data.count(b"\n", counted, start)
+            counted = start
+            head = data[start:i]
+            column = i - start if head.isascii() else len(head.decode("utf-8", "surrogateescape"))
+            yield line, start, end, column
+            pos = end + 1
+            if pos >= n:
+                return
+            deadline.check(64)
+
     def first(self, data: bytes, deadline: Deadline) -> bool:
         if self.bytes_decide:
             return True  # `rejects` already found the literal
         return next(iter(self.hits(Text(data), deadline)), None) is not None
 
-    def count(self, data: bytes, deadline: Deadline) -> int:
-        found = self.byte_needle(data) if self.bytes_decide else None
-        if found is None:
+    def count(self, data: bytes, found: Optional[Tuple[bytes, bytes]], deadline: Deadline) -> int:
+        if not self.bytes_decide or found is None:
             return sum(1 for _ in self.hits(Text(data), deadline))
         hay, needle = found
         total = 0
@@ -503,19 +543,25 @@ def search(req: Dict[str, Any], deadline: Optional[Deadline] = None) -> Dict[str
         if raw is None:
             continue
         data = strip_bom(raw)
-        if matcher.rejects(data):
+        rejected, needle = matcher.rejects(data)
+        if rejected:
             continue
         if mode == "content":
-            text = Text(data)
-            src = text.text
-            for index, start, end, column in matcher.hits(text, deadline):
+            buf: Any = data
+            hits = matcher.byte_hits(data, needle, deadline)
+            if hits is None:
+                text = Text(data)
+                buf = text.text
+                hits = matcher.hits(text, deadline)
+            nl = "\n" if isinstance(buf, str) else b"\n"
+            for index, start, end, column in hits:
                 if skip:
                     skip -= 1
                     continue
                 if len(items) == cap:
                     return {"items": items, "more": True}
                 items.append(
-                    _item(vpath, index + 1, src, "\n", start, end, column, before, after, limit)
+                    _item(vpath, index + 1, buf, nl, start, end, column, before, after, limit)
                 )
             continue
         if skip or len(items) == cap:
@@ -529,7 +575,7 @@ def search(req: Dict[str, Any], deadline: Optional[Deadline] = None) -> Dict[str
             if matcher.first(data, deadline):
                 items.append(vpath)
         else:
-            count = matcher.count(data, deadline)
+            count = matcher.count(data, needle, deadline)
             if count:
                 items.append({"path": vpath, "count": count})
     return {"items": items, "more": False}

@@ -13,9 +13,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import shutil
 import subprocess
 import sysconfig
+import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import ErrorCode, SandboxError
@@ -112,18 +114,69 @@ def run(rg_path: str, args: Sequence[str], timeout_s: float) -> bytes:
         raise SandboxError(ErrorCode.TIMEOUT, "grep took longer than its time limit") from None
     except OSError as exc:
         raise RgUnusable(str(exc)) from None
-    if proc.returncode in (0, 1):
-        return proc.stdout
-    stderr = proc.stderr.decode("utf-8", "replace")
-    if proc.returncode == 2 and not stderr.strip():
+    return _checked(proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_bounded(
+    rg_path: str, args: Sequence[str], timeout_s: float, max_output: int
+) -> Optional[bytes]:
+    """Like `run`, but gives up (None, child killed) once stdout passes `max_output` bytes."""
+    if timeout_s <= 0:
+        raise SandboxError(ErrorCode.TIMEOUT, "grep took longer than its time limit")
+    try:
+        proc = subprocess.Popen(
+            [rg_path, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(),
+            close_fds=True,
+        )
+    except OSError as exc:
+        raise RgUnusable(str(exc)) from None
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    streams = {out_fd: bytearray(), err_fd: bytearray()}
+    end = time.monotonic() + timeout_s
+    try:
+        open_fds = list(streams)
+        while open_fds:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise SandboxError(ErrorCode.TIMEOUT, "grep took longer than its time limit")
+            ready, _, _ = select.select(open_fds, [], [], left)
+            for fd in ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    open_fds.remove(fd)
+                    continue
+                streams[fd] += chunk
+                if fd == out_fd and len(streams[fd]) > max_output:
+                    return None
+        returncode = proc.wait(timeout=max(end - time.monotonic(), 0.001))
+    except subprocess.TimeoutExpired:
+        raise SandboxError(ErrorCode.TIMEOUT, "grep took longer than its time limit") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    return _checked(returncode, bytes(streams[out_fd]), bytes(streams[err_fd]))
+
+
+def _checked(returncode: int, stdout: bytes, stderr_bytes: bytes) -> bytes:
+    if returncode in (0, 1):
+        return stdout
+    stderr = stderr_bytes.decode("utf-8", "replace")
+    if returncode == 2 and not stderr.strip():
         # --no-messages hides per-file I/O errors (unreadable or vanished files);
         # those files are skipped, exactly as the Python walker skips them.
-        return proc.stdout
-    kind = classify(stderr)
-    if kind is ErrorCode.INVALID_PATTERN:
+        return stdout
+    if classify(stderr) is ErrorCode.INVALID_PATTERN:
         raise RgRegexError(stderr.strip())
-    if proc.returncode < 0:
-        raise SandboxError(ErrorCode.INTERNAL, "ripgrep was killed by signal %d" % -proc.returncode)
+    if returncode < 0:
+        raise SandboxError(ErrorCode.INTERNAL, "ripgrep was killed by signal %d" % -returncode)
     raise SandboxError(ErrorCode.INTERNAL, "ripgrep failed: %s" % stderr.strip()[:300])
 
 
@@ -173,6 +226,34 @@ def _text(field: Dict[str, str]) -> bytes:
     if "text" in field:
         return field["text"].encode("utf-8", "surrogateescape")
     return base64.b64decode(field["bytes"])
+
+
+def parse_json_blocks(out: bytes) -> Dict[str, List[bytes]]:
+    """`--json` output split per file: path -> its raw "match" records (ripgrep
+    writes each file's records together, even when searching in parallel)."""
+    blocks: Dict[str, List[bytes]] = {}
+    current: Optional[List[bytes]] = None
+    for record in out.split(b"\n"):
+        if record.startswith(b'{"type":"match"'):
+            if current is not None:
+                current.append(record)
+        elif record.startswith(b'{"type":"begin"'):
+            path = _fs(_text(json.loads(record)["data"]["path"]))
+            current = blocks.setdefault(path, [])
+    return blocks
+
+
+def match_positions(records: Sequence[bytes]) -> List[Tuple[int, int, int]]:
+    """(line number, line offset, match column), in bytes, of raw "match" records."""
+    rows = []
+    for record in records:
+        data = json.loads(record)["data"]
+        submatches = data.get("submatches") or [{"start": 0}]
+        rows.append(
+            (int(data["line_number"]), int(data["absolute_offset"]), int(submatches[0]["start"]))
+        )
+    rows.sort()
+    return rows
 
 
 def parse_json_lines(out: bytes) -> Dict[str, List[Tuple[int, int, int]]]:

@@ -589,6 +589,11 @@ class PatternInfo:
         else:
             self.literal = max(runs, key=len) if runs else None
         self.pure_literal = pure
+        # `re` finds a case-sensitive literal prefix by itself, in C: no need to help it.
+        items = list(parsed)
+        self.fast_prefix = (
+            not self.icase and bool(items) and items[0][0] is LITERAL and items[0][1] != 10
+        )
         # Lower-casing the raw bytes is a valid prefilter even for non-ASCII files.
         self.icase_bytes_any = (
             self.icase
@@ -649,5 +654,6 @@ class PatternInfo:
             "icase_bytes_any": self.icase_bytes_any,
             "never": self.never,
             "whole_ok": self.whole_ok,
+            "fast_prefix": self.fast_prefix,
             "multiline": self.multiline,
         }

@@ -37,9 +37,12 @@ from .rg import (
     RgRegexError,
     RgUnusable,
     find_rg,
+    match_positions,
     parse_counts,
     parse_files,
+    parse_json_blocks,
     parse_json_lines,
+    run_bounded,
     tree_args,
 )
 from .rg import run as run_rg
@@ -317,6 +320,12 @@ def _rg_engine(query: _Query, rg_path: str) -> Tuple[List[Any], bool]:
         rels = _relative(query, parse_files(out))
         candidates = [(_join(query.vroot, rel), query.root + "/" + rel) for rel in rels]
         return _python_engine(query, candidates)
+    if query.mode == "content" and not query.info.safe:
+        # No Python regex at all for a pattern that might backtrack: one ripgrep
+        # pass whose JSON gives the lines, unless that output grows too big.
+        single = _rg_content_single(query, rg_path)
+        if single is not None:
+            return single
     if query.mode == "files_with_matches":
         out = _rg_tree(query, rg_path, ["--files-with-matches", "--null"])
         rows = [(rel, 1) for rel in _relative(query, parse_files(out))]
@@ -373,6 +382,8 @@ def _rg_content(
         skip = 0
     if not pages:
         return [], more
+    if query.info.safe:
+        return _page_in_python(query, pages, taken), more
     max_count = max(min(count, page_skip + query.cap) for _, _, page_skip, count in pages)
     args = [*RG_BASE_ARGS, "--json", "--max-count=%d" % max_count]
     args += ["--regexp=" + (query.info.rust or ""), "--", *(real for _, real, _, _ in pages)]
@@ -390,6 +401,87 @@ def _rg_content(
         query.after,
         query.limits.grep_line_chars,
         max_bytes,
+    )
+    if items is None:
+        raise _Inconsistent()
+    return items, more
+
+
+def _page_in_python(
+    query: _Query, pages: Sequence[Tuple[str, str, int, int]], taken: int
+) -> List[Any]:
+    """The page's lines found by the Python scanner (a pattern that cannot backtrack).
+
+    Cheaper than a second ripgrep run over the page's files; ripgrep's counts
+    still decide which files and how many lines, and must agree per file.
+    """
+    request = query.scan_request([(vpath, real) for vpath, real, _, _ in pages])
+    request["offset"] = pages[0][2]
+    request["max_results"] = taken
+    try:
+        items: List[Dict[str, Any]] = pyscan.search(request, query.deadline)["items"]
+    except pyscan.ScanError:
+        raise _Inconsistent() from None
+    got: Dict[str, int] = {}
+    for item in items:
+        got[item["path"]] = got.get(item["path"], 0) + 1
+    left = taken
+    for vpath, _, page_skip, count in pages:
+        expected = min(count - page_skip, left)
+        if got.get(vpath, 0) != expected:
+            raise _Inconsistent()
+        left -= expected
+    return items
+
+
+# One `--json` pass answers a content query when its output stays small; past
+# this many bytes ripgrep is stopped and the count-then-page route is used.
+SINGLE_PASS_MAX_OUTPUT = 8 << 20
+
+
+def _rg_content_single(query: _Query, rg_path: str) -> Optional[Tuple[List[Any], bool]]:
+    info = query.info
+    needed = query.offset + query.cap + 1
+    basename_globs = query.glob_filter.rg_basename_globs() if query.glob_filter else None
+    args = tree_args(query.limits.grep_max_file_bytes, basename_globs, False)
+    args += ["--json", "--max-count=%d" % needed, "--regexp=" + (info.rust or ""), "--", query.root]
+    out = run_bounded(rg_path, args, query.deadline.remaining(), SINGLE_PASS_MAX_OUTPUT)
+    if out is None:
+        return None
+    blocks = parse_json_blocks(out)
+    prefix = query.root.rstrip("/") + "/"
+    by_rel = {
+        path[len(prefix) :]: records for path, records in blocks.items() if path.startswith(prefix)
+    }
+    rels = _relative(query, [prefix + rel for rel in by_rel])
+    max_bytes = query.limits.grep_max_file_bytes
+    skip = query.offset
+    inputs = []
+    taken = 0
+    more = False
+    for rel in rels:
+        records = by_rel[rel]
+        count = len(records)
+        real = query.root + "/" + rel
+        if not pyscan.probe(real, max_bytes):
+            continue
+        if taken == query.cap:
+            more = True
+            break
+        if skip >= count:
+            skip -= count
+            continue
+        need = min(count - skip, query.cap - taken)
+        inputs.append((_join(query.vroot, rel), real, match_positions(records), skip))
+        taken += need
+        if need < count - skip:
+            more = True
+            break
+        skip = 0
+    if not inputs:
+        return [], more
+    items = pyscan.content_from_lines(
+        inputs, query.cap, query.before, query.after, query.limits.grep_line_chars, max_bytes
     )
     if items is None:
         raise _Inconsistent()
