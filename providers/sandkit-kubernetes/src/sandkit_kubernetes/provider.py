@@ -1,0 +1,869 @@
+"""`KubernetesProvider`: one hardened pod per `SandboxKey`, the agent inside.
+
+The pod's main process only reaps and waits; every operation goes to one
+long-lived agent per sandbox: over a `pods/exec` stream (carrier stdio) or
+over HTTP to the pod IP with a bearer token (carrier http). Pods are found
+again by name (`<owner>-<sandbox_id>`) and labels, so a restarted provider
+adopts its pods instead of creating duplicates. Pods cannot be stopped:
+`release` deletes the pod; the thread data lives on the node or the claim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from sandkit.agent import protocol as p
+from sandkit.boxes import AGENT_DIR, RG_PATH, IdleReaper, Payload, TrackedSandbox, box_mapping
+from sandkit.boxes import build_payload as _build_payload
+from sandkit.config import Settings
+from sandkit.errors import ErrorCode, SandboxError
+from sandkit.paths import USER_DATA_DIRS, ThreadLayout
+from sandkit.provider import SandboxKey, SandboxProvider
+from sandkit.remote import agent_config as make_agent_config
+from sandkit.streams import ByteStream
+from sandkit.transports.base import Transport, TransportClosed
+from sandkit.transports.http import HttpTransport
+from sandkit.transports.stdio import StdioTransport
+
+from . import boot
+from .errors import api_error, api_message
+from .options import KubernetesOptions
+from .spec import (
+    ANNOTATION_SPEC,
+    CONTAINER,
+    LABEL_OWNER,
+    LABEL_SANDBOX_ID,
+    owner_selector,
+    pod_manifest,
+    pod_name,
+    spec_digest,
+)
+from .stream import ExecOpenError, KubeExecStream, open_exec
+
+log = logging.getLogger("sandkit.kubernetes")
+
+# Waiting reasons that will not go away by waiting longer.
+IMAGE_FAILURES = frozenset({"ErrImageNeverPull", "InvalidImageName", "ImagePullBackOff"})
+START_FAILURES = frozenset(
+    {
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "StartError",
+        "CrashLoopBackOff",
+    }
+)
+# Pod events that mean a pending pod will not start (checked while waiting).
+EVENT_FAILURES = frozenset({"FailedMount", "FailedAttachVolume", "FailedCreatePodSandBox"})
+WATCH_SLICE_S = 3.0
+HANDSHAKE_TIMEOUT_S = 60.0
+
+
+class KubernetesSandbox(TrackedSandbox):
+    """A sandbox in a pod; `pod_name` is the pod it lives in."""
+
+    pod_name: str = ""
+
+
+@dataclasses.dataclass(eq=False)
+class _Box:
+    """What this provider knows about one key's pod."""
+
+    key: SandboxKey
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    pod_uid: str | None = None
+    pod_ip: str | None = None
+    sandbox: KubernetesSandbox | None = None
+    stream: KubeExecStream | None = None
+    http: HttpTransport | None = None
+    # Set when the pod is known gone or a call could not reach it: acquire re-checks.
+    dead: bool = False
+
+    def looks_alive(self, carrier: str) -> bool:
+        """Cheap check: a live agent channel implies a running pod."""
+        if self.dead or self.pod_uid is None:
+            return False
+        if carrier == "http":
+            return self.http is not None
+        stream = self.stream
+        return stream is not None and not stream.at_eof
+
+
+class _BoxHttpTransport(Transport):
+    """The sandbox's view of its box's HTTP transport, which changes with the pod (new IP)."""
+
+    def __init__(self, box: _Box) -> None:
+        self._box = box
+        self._closed = False
+
+    def _current(self) -> HttpTransport:
+        if self._closed:
+            raise TransportClosed()
+        transport = self._box.http
+        if transport is None or self._box.dead:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE,
+                f"sandbox {self._box.key.sandbox_id} is not running; acquire it again",
+            )
+        return transport
+
+    def call(self, method: str, params: dict[str, Any], timeout: float) -> Any:
+        transport = self._current()
+        try:
+            return transport.call(method, params, timeout)
+        except SandboxError as exc:
+            self._check(transport, exc)
+            raise
+
+    async def acall(self, method: str, params: dict[str, Any], timeout: float) -> Any:
+        transport = self._current()
+        try:
+            return await transport.acall(method, params, timeout)
+        except SandboxError as exc:
+            self._check(transport, exc)
+            raise
+
+    def _check(self, transport: HttpTransport, exc: SandboxError) -> None:
+        # The agent (or its pod) is unreachable: make the next acquire look again.
+        if exc.code is ErrorCode.UNAVAILABLE and self._box.http is transport:
+            self._box.dead = True
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class KubernetesProvider(SandboxProvider):
+    name = "kubernetes"
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.options = KubernetesOptions.from_settings(self.settings)
+        self._configuration: Any = None
+        self._core: Any = None
+        self._client_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._boxes: dict[SandboxKey, _Box] = {}
+        self._reaper = IdleReaper("sandkit-kubernetes-reaper", self.reap_idle)
+
+    # -- API ------------------------------------------------------------------------
+
+    @property
+    def core(self) -> Any:
+        """A `CoreV1Api`, configured on first use (UNAVAILABLE when there is no cluster)."""
+        if self._core is None:
+            with self._client_lock:
+                if self._core is None:
+                    from kubernetes import client
+
+                    configuration = self._load_configuration()
+                    self._core = client.CoreV1Api(client.ApiClient(configuration))
+                    self._configuration = configuration
+        return self._core
+
+    def _load_configuration(self) -> Any:
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        options = self.options
+        try:
+            if options.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not (
+                os.environ.get("KUBECONFIG")
+            ):
+                config.load_incluster_config(client_configuration=configuration)
+            else:
+                config.load_kube_config(
+                    config_file=options.kubeconfig,
+                    context=options.context,
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
+        except Exception as exc:
+            raise api_error(exc, "loading the Kubernetes configuration") from None
+        return configuration
+
+    def _exec_api(self) -> Any:
+        """A CoreV1Api of its own for one exec (`stream()` patches its client while connecting)."""
+        from kubernetes import client
+
+        self.core  # noqa: B018 - loads the configuration
+        return client.CoreV1Api(client.ApiClient(self._configuration))
+
+    @property
+    def _timeout(self) -> float:
+        return self.options.request_timeout_s
+
+    def _payload(self) -> Payload:
+        return _build_payload(True)
+
+    # -- SandboxProvider --------------------------------------------------------------
+
+    def acquire(self, key: SandboxKey) -> KubernetesSandbox:
+        self._reaper.start(self.options.reap_interval_s, self.settings.idle_timeout_s)
+        while True:
+            box = self._box(key)
+            with box.lock:
+                if self._boxes.get(key) is not box:
+                    continue  # released and forgotten while we waited; start over
+                sandbox = box.sandbox
+                carrier = self.options.carrier
+                if sandbox is not None and not sandbox.closed and box.looks_alive(carrier):
+                    sandbox.last_used = time.monotonic()
+                    return sandbox
+                if box.dead and box.http is not None:
+                    # The agent stopped answering: look at the pod, start a fresh agent.
+                    box.http.close()
+                    box.http = None
+                try:
+                    self._ensure_running(box)
+                    if carrier == "http":
+                        self._ensure_http_agent(box)
+                except BaseException:
+                    if box.sandbox is None:
+                        self._forget(box)
+                    raise
+                if sandbox is None or sandbox.closed:
+                    sandbox = self._new_sandbox(box)
+                    box.sandbox = sandbox
+                # Open the channel now: acquire returns a box that answers.
+                sandbox.ping(timeout=HANDSHAKE_TIMEOUT_S)
+                sandbox.last_used = time.monotonic()
+                return sandbox
+
+    def get(self, key: SandboxKey) -> KubernetesSandbox | None:
+        box = self._box(key)
+        with box.lock:
+            sandbox = box.sandbox
+            if sandbox is not None and not sandbox.closed and box.looks_alive(self.options.carrier):
+                return sandbox
+            pod = self._read_pod(key)
+            if pod is None or not _running(pod) or not self._adoptable(pod, key):
+                if sandbox is None:
+                    self._forget(box)
+                return None
+            self._adopt(box, pod)
+            if self.options.carrier == "http":
+                self._ensure_http_agent(box)
+            if sandbox is None or sandbox.closed:
+                sandbox = self._new_sandbox(box)
+                box.sandbox = sandbox
+            return sandbox
+
+    def release(self, key: SandboxKey) -> None:
+        """Pods cannot be stopped: delete the pod; the thread data stays."""
+        self._drop(key)
+
+    def destroy(self, key: SandboxKey) -> None:
+        self._drop(key)
+
+    def shutdown(self) -> None:
+        self._reaper.stop()
+        with self._lock:
+            boxes = list(self._boxes.values())
+            self._boxes.clear()
+        for box in boxes:
+            with box.lock:
+                self._close_box(box)
+        try:
+            core = self.core  # also cleans up after a crashed earlier instance
+            pods = core.list_namespaced_pod(
+                self.options.namespace,
+                label_selector=owner_selector(self.options),
+                _request_timeout=self._timeout,
+            )
+        except SandboxError:
+            if boxes:
+                log.warning("shutdown: no Kubernetes API; pods may remain")
+            return
+        except Exception as exc:
+            raise api_error(exc, "listing pods at shutdown") from None
+        names = {pod.metadata.name for pod in pods.items}
+        for name in names:
+            self._delete_pod(name)
+        self._wait_gone(names)
+
+    def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
+        cutoff = time.monotonic() - max_idle_s
+        with self._lock:
+            boxes = list(self._boxes.values())
+        reaped = []
+        for box in boxes:
+            sandbox = box.sandbox
+            if sandbox is None or not sandbox.idle_since(cutoff):
+                continue
+            with box.lock:
+                sandbox = box.sandbox
+                if sandbox is None or not sandbox.idle_since(cutoff):
+                    continue
+                self._stop_box(box)
+            self._forget(box)
+            reaped.append(box.key)
+        return reaped
+
+    # -- boxes ------------------------------------------------------------------------
+
+    def _box(self, key: SandboxKey) -> _Box:
+        with self._lock:
+            box = self._boxes.get(key)
+            if box is None:
+                box = self._boxes[key] = _Box(key)
+            return box
+
+    def _forget(self, box: _Box) -> None:
+        with self._lock:
+            if self._boxes.get(box.key) is box and box.sandbox is None:
+                del self._boxes[box.key]
+
+    def _drop(self, key: SandboxKey) -> None:
+        box = self._box(key)
+        with box.lock:
+            self._stop_box(box)
+        self._forget(box)
+
+    def _close_box(self, box: _Box) -> None:
+        sandbox, box.sandbox = box.sandbox, None
+        http, box.http = box.http, None
+        box.stream = None
+        if sandbox is not None:
+            sandbox.close()
+        if http is not None:
+            http.close()
+
+    def _stop_box(self, box: _Box) -> None:
+        """Close the sandbox, then delete the pod (by name: ours or adopted)."""
+        self._close_box(box)
+        box.dead = True
+        self._delete_pod(pod_name(self.options, box.key))
+        box.pod_uid = box.pod_ip = None
+
+    # -- pods ---------------------------------------------------------------------------
+
+    def _read_pod(self, key: SandboxKey) -> Any | None:
+        return self._read_pod_named(pod_name(self.options, key))
+
+    def _read_pod_named(self, name: str) -> Any | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.core.read_namespaced_pod(
+                name, self.options.namespace, _request_timeout=self._timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise api_error(exc, f"reading pod {name}") from None
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise api_error(exc, f"reading pod {name}") from None
+
+    def _delete_pod(self, name: str, uid: str | None = None) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        body = client.V1DeleteOptions(
+            grace_period_seconds=self.options.termination_grace_s,
+            preconditions=client.V1Preconditions(uid=uid) if uid else None,
+        )
+        try:
+            self.core.delete_namespaced_pod(
+                name, self.options.namespace, body=body, _request_timeout=self._timeout
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):  # gone already, or another pod by now
+                return
+            raise api_error(exc, f"deleting pod {name}") from None
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise api_error(exc, f"deleting pod {name}") from None
+
+    def _adoptable(self, pod: Any, key: SandboxKey) -> bool:
+        meta = pod.metadata
+        labels = meta.labels or {}
+        annotations = meta.annotations or {}
+        return bool(
+            labels.get(LABEL_OWNER) == self.options.owner
+            and labels.get(LABEL_SANDBOX_ID) == key.sandbox_id
+            and annotations.get(ANNOTATION_SPEC) == spec_digest(self._manifest(key))
+        )
+
+    def _manifest(self, key: SandboxKey) -> dict[str, Any]:
+        layout = ThreadLayout.for_key(self.settings, key)
+        return pod_manifest(self.options, layout)
+
+    def _adopt(self, box: _Box, pod: Any) -> None:
+        if box.pod_uid != pod.metadata.uid:
+            # Another pod than the one our channels knew: start them afresh.
+            http, box.http = box.http, None
+            if http is not None:
+                http.close()
+        box.pod_uid = pod.metadata.uid
+        box.pod_ip = pod.status.pod_ip
+        box.dead = False
+
+    def _ensure_running(self, box: _Box) -> None:
+        """Make the key's pod exist and run: adopt it, or (re)create it."""
+        key = box.key
+        layout = ThreadLayout.for_key(self.settings, key)
+        mask = layout.host_mapping().mask
+        self._prepare_host_dirs(layout)
+        manifest = pod_manifest(self.options, layout)
+        name = manifest["metadata"]["name"]
+        created = False
+        for _attempt in range(3):
+            pod = self._read_pod_named(name)
+            if pod is not None and not self._usable(pod, key):
+                if pod.metadata.deletion_timestamp is None:
+                    log.info("recreating %s: created with other settings or ended", name)
+                    self._delete_pod(name, pod.metadata.uid)
+                self._wait_gone({name})
+                pod = None
+            if pod is None:
+                self._check_capacity()
+                pod, created = self._create(manifest, mask)
+                if pod is None:
+                    continue  # lost a race to a pod that is going away; look again
+            break
+        else:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE, f"pod {name} keeps being replaced; try again later"
+            )
+        try:
+            pod = self._wait_running(pod, mask)
+        except BaseException:
+            if created:
+                with contextlib.suppress(Exception):
+                    self._delete_pod(name, pod.metadata.uid)
+            raise
+        self._adopt(box, pod)
+
+    def _usable(self, pod: Any, key: SandboxKey) -> bool:
+        """A pod worth adopting: ours, current settings, not ending or ended."""
+        return bool(
+            pod.metadata.deletion_timestamp is None
+            and pod.status.phase not in ("Succeeded", "Failed")
+            and self._adoptable(pod, key)
+        )
+
+    def _create(self, manifest: dict[str, Any], mask: Any) -> tuple[Any | None, bool]:
+        """Create the pod; if another process won the race (409), adopt theirs."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = manifest["metadata"]["name"]
+        try:
+            pod = self.core.create_namespaced_pod(
+                self.options.namespace, manifest, _request_timeout=self._timeout
+            )
+            return pod, True
+        except ApiException as exc:
+            if exc.status != 409:
+                raise api_error(exc, f"creating pod {name}", mask) from None
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise api_error(exc, f"creating pod {name}", mask) from None
+        pod = self._read_pod_named(name)
+        if pod is None or pod.metadata.deletion_timestamp is not None:
+            return None, False
+        return pod, False
+
+    def _wait_running(self, pod: Any, mask: Any) -> Any:
+        """Watch the pod until its sandbox container runs; clear errors when it will not."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        name = pod.metadata.name
+        started = time.monotonic()
+        deadline = started + self.options.start_timeout_s
+        while True:
+            verdict = self._verdict(pod, started, mask)
+            if verdict is True:
+                return pod
+            if isinstance(verdict, SandboxError):
+                raise verdict
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    mask(
+                        f"pod {name} did not start within {self.options.start_timeout_s:.0f} s"
+                        f"{self._last_warning(pod)}"
+                    ),
+                )
+            if time.monotonic() - started > WATCH_SLICE_S:
+                failure = self._event_failure(pod)
+                if failure:
+                    raise SandboxError(
+                        ErrorCode.UNAVAILABLE, mask(f"pod {name} cannot start: {failure}")
+                    )
+            watcher = watch.Watch()
+            try:
+                for event in watcher.stream(
+                    self.core.list_namespaced_pod,
+                    self.options.namespace,
+                    field_selector=f"metadata.name={name}",
+                    resource_version=pod.metadata.resource_version,
+                    timeout_seconds=max(1, int(min(remaining, WATCH_SLICE_S) + 0.999)),
+                    _request_timeout=self._timeout + WATCH_SLICE_S,
+                ):
+                    kind = event.get("type")
+                    if kind == "DELETED":
+                        raise SandboxError(
+                            ErrorCode.UNAVAILABLE, f"pod {name} was deleted while starting"
+                        )
+                    obj = event.get("object")
+                    if kind in ("ADDED", "MODIFIED") and obj is not None:
+                        if obj.metadata.uid != pod.metadata.uid:
+                            continue
+                        pod = obj
+                        if self._verdict(pod, started, mask) is not None:
+                            break
+            except ApiException as exc:
+                if exc.status != 410:  # 410: our resourceVersion is too old; read afresh
+                    raise api_error(exc, f"watching pod {name}") from None
+                fresh = self._read_pod_named(name)
+                if fresh is None:
+                    raise SandboxError(
+                        ErrorCode.UNAVAILABLE, f"pod {name} was deleted while starting"
+                    ) from None
+                pod = fresh
+            except SandboxError:
+                raise
+            except Exception as exc:
+                raise api_error(exc, f"watching pod {name}") from None
+            finally:
+                watcher.stop()
+
+    def _verdict(self, pod: Any, started: float, mask: Any) -> bool | SandboxError | None:
+        """True: running; a SandboxError: will not run; None: keep waiting."""
+        name = pod.metadata.name
+        status = pod.status
+        if pod.metadata.deletion_timestamp is not None:
+            return SandboxError(ErrorCode.UNAVAILABLE, f"pod {name} is being deleted")
+        if status.phase in ("Succeeded", "Failed"):
+            why = status.message or status.reason or _terminated_reason(status)
+            return SandboxError(ErrorCode.UNAVAILABLE, mask(f"pod {name} ended: {why}"))
+        statuses = list(status.init_container_statuses or []) + list(
+            status.container_statuses or []
+        )
+        for container in statuses:
+            waiting = container.state.waiting if container.state else None
+            if waiting is None:
+                continue
+            if waiting.reason in IMAGE_FAILURES:
+                return SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    mask(
+                        f"pod {name}: image {container.image} is not available "
+                        f"({waiting.reason}: {waiting.message or ''}); load or push it, or set "
+                        "providers.kubernetes.image / image_pull_policy"
+                    )[:2000],
+                )
+            if waiting.reason in START_FAILURES:
+                return SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    mask(f"pod {name} cannot start ({waiting.reason}: {waiting.message or ''})")[
+                        :2000
+                    ],
+                )
+        if status.phase == "Running":
+            for container in status.container_statuses or []:
+                if container.name == CONTAINER and container.state and container.state.running:
+                    return True
+        for condition in status.conditions or []:
+            if (
+                condition.type == "PodScheduled"
+                and condition.status == "False"
+                and condition.reason == "Unschedulable"
+                and time.monotonic() - started >= self.options.schedule_timeout_s
+            ):
+                return SandboxError(
+                    ErrorCode.CAPACITY,
+                    f"pod {name} cannot be scheduled: {condition.message or 'no node fits'}",
+                )
+        return None
+
+    def _events(self, pod: Any) -> list[Any]:
+        try:
+            events = self.core.list_namespaced_event(
+                self.options.namespace,
+                field_selector=f"involvedObject.uid={pod.metadata.uid}",
+                _request_timeout=self._timeout,
+            )
+        except Exception:  # events are a diagnostic: no RBAC for them is fine
+            return []
+        return sorted(events.items, key=lambda e: str(e.last_timestamp or e.event_time or ""))
+
+    def _event_failure(self, pod: Any) -> str:
+        for event in reversed(self._events(pod)):
+            if event.type == "Warning" and event.reason in EVENT_FAILURES:
+                return f"{event.reason}: {event.message}"
+        return ""
+
+    def _last_warning(self, pod: Any) -> str:
+        warnings = [e for e in self._events(pod) if e.type == "Warning"]
+        if not warnings:
+            return ""
+        return f" (last warning: {warnings[-1].reason}: {warnings[-1].message})"
+
+    def _wait_gone(self, names: set[str]) -> None:
+        """Watch until no pod of `names` exists (bounded by delete_wait_s)."""
+        from kubernetes import watch
+
+        left = set(names)
+        deadline = time.monotonic() + self.options.delete_wait_s
+        if len(left) == 1:
+            selector = {"field_selector": f"metadata.name={next(iter(left))}"}
+        else:
+            selector = {"label_selector": owner_selector(self.options)}
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.warning("pods still terminating: %s", ", ".join(sorted(left)))
+                return
+            try:
+                pods = self.core.list_namespaced_pod(
+                    self.options.namespace, **selector, _request_timeout=self._timeout
+                )
+            except Exception as exc:
+                raise api_error(exc, "listing pods") from None
+            left &= {pod.metadata.name for pod in pods.items}
+            if not left:
+                return
+            watcher = watch.Watch()
+            try:
+                for event in watcher.stream(
+                    self.core.list_namespaced_pod,
+                    self.options.namespace,
+                    **selector,
+                    resource_version=pods.metadata.resource_version,
+                    timeout_seconds=max(1, int(min(remaining, WATCH_SLICE_S) + 0.999)),
+                    _request_timeout=self._timeout + WATCH_SLICE_S,
+                ):
+                    if event.get("type") == "DELETED":
+                        left.discard(event["object"].metadata.name)
+                        if not left:
+                            break
+            except Exception as exc:  # a broken watch: list again
+                log.debug("watch for deletions ended: %s", exc)
+            finally:
+                watcher.stop()
+
+    def _check_capacity(self) -> None:
+        cap = self.options.max_running
+        if not cap:
+            return
+        try:
+            pods = self.core.list_namespaced_pod(
+                self.options.namespace,
+                label_selector=owner_selector(self.options),
+                _request_timeout=self._timeout,
+            )
+        except Exception as exc:
+            raise api_error(exc, "counting pods") from None
+        live = [p for p in pods.items if p.metadata.deletion_timestamp is None]
+        if len(live) >= cap:
+            raise SandboxError(
+                ErrorCode.CAPACITY,
+                f"{len(live)} sandbox pods exist, the limit (max_running) is {cap}",
+            )
+
+    def _prepare_host_dirs(self, layout: ThreadLayout) -> None:
+        """hostPath storage: create the thread dirs and make them writable by the pod's uid."""
+        if self.options.storage != "hostPath" or not self.options.prepare_host_dirs:
+            return
+        layout.create_dirs()
+        for mount in layout.mounts:
+            if not os.path.isdir(mount.real):
+                raise SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    f"the host directory behind {mount.virtual} does not exist",
+                )
+        uid, gid = self.options.uid, self.options.gid
+        for name in USER_DATA_DIRS:
+            top = layout.user_data_dir / name
+            try:
+                info = top.stat()
+                if (info.st_uid, info.st_gid) != (uid, gid):
+                    _chown_tree(top, uid, gid)
+            except PermissionError:
+                log.warning(
+                    "cannot chown the thread dirs of %s to %d:%d; the pod may not be able to "
+                    "write them (run as root or as that uid)",
+                    layout.key,
+                    uid,
+                    gid,
+                )
+                return
+
+    # -- agent ----------------------------------------------------------------------------
+
+    def _agent_config(self, key: SandboxKey) -> dict[str, Any]:
+        layout = ThreadLayout.for_key(self.settings, key)
+        hidden = list(self.options.hide_paths)
+        if self.options.host_path_root:
+            hidden.append(self.options.host_path_root)
+        return make_agent_config(
+            box_mapping(layout, tuple(hidden)),
+            self.settings.limits.to_limits(),
+            execute_enabled=self.options.execute_enabled,
+            secrets=self.settings.secret_values(),
+            scrubbed_env=tuple(self.settings.scrubbed_env),
+            rg_path=RG_PATH if self._payload().has_rg else None,
+        )
+
+    def _new_sandbox(self, box: _Box) -> KubernetesSandbox:
+        limits = self.settings.limits.to_limits()
+        transport: Transport
+        if self.options.carrier == "http":
+            transport = _BoxHttpTransport(box)
+        else:
+            transport = StdioTransport(
+                lambda: self._open_stream(box),
+                self._agent_config(box.key),
+                open_timeout=HANDSHAKE_TIMEOUT_S,
+                name=f"sandkit-k8s-{box.key.sandbox_id}",
+            )
+        sandbox = KubernetesSandbox(box.key, transport, limits=limits)
+        sandbox.pod_name = pod_name(self.options, box.key)
+        return sandbox
+
+    def _exec_boot(self, box: _Box, mode: str) -> KubeExecStream:
+        """Start BOOT in the pod and install the payload if the pod lacks it."""
+        name = pod_name(self.options, box.key)
+        if box.pod_uid is None or box.dead:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE, f"sandbox {box.key.sandbox_id} is not running; acquire it"
+            )
+        payload = self._payload()
+        argv = boot.boot_argv(
+            self.options.python, mode, payload.digest, AGENT_DIR, self.options.http_port
+        )
+        try:
+            stream = open_exec(
+                self._exec_api(), self.options.namespace, name, CONTAINER, argv, self._timeout
+            )
+        except ExecOpenError as exc:
+            box.dead = True
+            if exc.status in (404, 400):
+                raise SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    f"the pod of sandbox {box.key.sandbox_id} is gone or not running; "
+                    "acquire it again",
+                ) from None
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE, f"starting the agent in pod {name}: {exc}"[:2000]
+            ) from None
+        except SandboxError:
+            raise
+        except Exception as exc:
+            box.dead = True
+            raise api_error(exc, f"starting the agent in pod {name}") from None
+        try:
+            stream.settimeout(HANDSHAKE_TIMEOUT_S)
+            line = stream.readline()
+            if not line.startswith(boot.BOOT_MAGIC):
+                detail = stream.exit_detail() or line.decode("utf-8", "replace").strip()
+                raise SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    f"the agent bootstrap did not start in pod {name}: {detail or 'no answer'}",
+                )
+            have = line[len(boot.BOOT_MAGIC) :].strip().decode("ascii", "replace")
+            stream.write(boot.frame(payload.archive if have != payload.digest else b""))
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+
+    def _open_stream(self, box: _Box) -> ByteStream:
+        """A fresh agent over an exec stream (the stdio transport's opener)."""
+        stream = self._exec_boot(box, "stdio")
+        stream.settimeout(None)
+        box.stream = stream
+        return stream
+
+    def _token(self, box: _Box) -> str:
+        secret = self.options.token_secret
+        if secret is None:
+            return secrets.token_urlsafe(32)
+        message = f"sandkit-agent-token\0{box.pod_uid}".encode()
+        return hmac.new(secret.get_secret_value().encode(), message, hashlib.sha256).hexdigest()
+
+    def _ensure_http_agent(self, box: _Box) -> None:
+        """An HTTP agent that answers with our token: reuse, or (re)start it."""
+        if box.http is not None and not box.dead:
+            return
+        url = f"http://{box.pod_ip}:{self.options.http_port}"
+        limits = self.settings.limits.to_limits()
+        max_frame = p.max_frame_bytes(limits)
+        if box.http is None and self.options.token_secret is not None:
+            # Derived tokens survive a provider restart: an agent may already answer.
+            candidate = HttpTransport(url, self._token(box), max_frame_bytes=max_frame)
+            try:
+                candidate.call("ping", {}, 5.0)
+            except SandboxError:
+                candidate.close()
+            else:
+                box.http = candidate
+                return
+        token = self._token(box)
+        stream = self._exec_boot(box, "http")
+        try:
+            spec = {"config": self._agent_config(box.key), "token": token}
+            stream.write(boot.frame(json.dumps(spec).encode()))
+            line = stream.readline()
+        finally:
+            stream.close()
+        if not line.startswith(boot.READY):
+            why = line[len(boot.FAILED) :] if line.startswith(boot.FAILED) else line
+            detail = why.decode("utf-8", "replace").strip() or stream.exit_detail()
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE, f"the HTTP agent did not start: {detail or 'no answer'}"
+            )
+        old, box.http = box.http, HttpTransport(url, token, max_frame_bytes=max_frame)
+        box.dead = False
+        if old is not None:
+            old.close()
+
+
+def _running(pod: Any) -> bool:
+    if pod.metadata.deletion_timestamp is not None or pod.status.phase != "Running":
+        return False
+    return any(
+        c.name == CONTAINER and c.state is not None and c.state.running is not None
+        for c in pod.status.container_statuses or []
+    )
+
+
+def _terminated_reason(status: Any) -> str:
+    for container in list(status.init_container_statuses or []) + list(
+        status.container_statuses or []
+    ):
+        terminated = container.state.terminated if container.state else None
+        if terminated is not None:
+            return (
+                f"container {container.name} exited {terminated.exit_code} "
+                f"({terminated.reason or ''}: {terminated.message or ''})"
+            )
+    return "unknown reason"
+
+
+def _chown_tree(top: Path, uid: int, gid: int) -> None:
+    os.chown(top, uid, gid, follow_symlinks=False)
+    for root, dirs, files in os.walk(top):
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
+
+
+__all__ = ["KubernetesProvider", "KubernetesSandbox", "api_message"]

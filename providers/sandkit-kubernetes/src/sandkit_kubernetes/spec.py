@@ -1,0 +1,251 @@
+"""The pod a key gets: name, labels, volumes and hardening, as a manifest dict.
+
+The manifest (after the `pod_template` merge) is hashed into the
+`sandkit.spec` annotation, so a pod created under other settings is
+recreated instead of adopted.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from typing import Any
+
+from sandkit.boxes import AGENT_DIR
+from sandkit.paths import OUTPUTS, UPLOADS, WORKSPACE, ThreadLayout
+from sandkit.provider import SandboxKey
+
+from .boot import INIT
+from .options import KubernetesOptions
+
+LABEL_SANDBOX_ID = "sandkit.sandbox-id"
+LABEL_USER = "sandkit.user"
+LABEL_THREAD = "sandkit.thread"
+LABEL_OWNER = "sandkit.owner"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+COMPONENT = "sandkit-sandbox"
+ANNOTATION_SPEC = "sandkit.spec"
+ANNOTATION_USER = "sandkit.user"
+ANNOTATION_THREAD = "sandkit.thread"
+CONTAINER = "sandbox"
+INIT_CONTAINER = "thread-dirs"
+DATA_MOUNT = "/sandkit-data"
+
+_LABEL_VALUE_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]")
+_USER_DATA_VIRTUAL = {WORKSPACE: "workspace", UPLOADS: "uploads", OUTPUTS: "outputs"}
+
+
+def pod_name(options: KubernetesOptions, key: SandboxKey) -> str:
+    # The owner is part of the name: two deployments in one namespace never collide.
+    return f"{options.owner}-{key.sandbox_id}"
+
+
+def owner_selector(options: KubernetesOptions) -> str:
+    return f"{LABEL_OWNER}={options.owner}"
+
+
+def label_value(value: str) -> str:
+    """`value` when it is a valid label value, else a stable hash of it.
+
+    Ids may be 128 characters and end in '.', '-' or '_'; label values may
+    not. The exact ids are always in the annotations.
+    """
+    if _LABEL_VALUE_RE.fullmatch(value):
+        return value
+    return "h-" + hashlib.sha256(value.encode()).hexdigest()[:40]
+
+
+def thread_sub_path(key: SandboxKey) -> str:
+    return f"users/{key.user_id}/threads/{key.thread_id}/user-data"
+
+
+def pod_manifest(options: KubernetesOptions, layout: ThreadLayout) -> dict[str, Any]:
+    """Everything `create_namespaced_pod` needs for `layout.key`."""
+    key = layout.key
+    volumes: list[dict[str, Any]] = [
+        {"name": "sandkit-agent", "emptyDir": {"sizeLimit": "64Mi"}},
+        {"name": "tmp", "emptyDir": _empty_dir(options)},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "sandkit-agent", "mountPath": AGENT_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    init_containers: list[dict[str, Any]] = []
+    if options.storage == "pvc":
+        volumes.append(
+            {"name": "thread-data", "persistentVolumeClaim": {"claimName": options.pvc_claim_name}}
+        )
+    for index, mount in enumerate(layout.mounts):
+        sub = _USER_DATA_VIRTUAL.get(mount.virtual)
+        entry: dict[str, Any] = {"mountPath": mount.virtual, "readOnly": mount.read_only}
+        if options.storage == "pvc" and sub is not None:
+            entry |= {"name": "thread-data", "subPath": f"{thread_sub_path(key)}/{sub}"}
+        else:
+            name = f"data-{sub}" if sub is not None else f"mount-{index}"
+            volumes.append(
+                {"name": name, "hostPath": {"path": _node_path(options, layout, mount.real),
+                                            "type": "Directory"}}
+            )
+            entry["name"] = name
+        mounts.append(entry)
+    container_security: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": options.read_only_root_filesystem,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsUser": options.uid,
+        "runAsGroup": options.gid,
+        "runAsNonRoot": options.uid != 0,
+    }
+    if options.storage == "pvc" and options.init_thread_dirs:
+        init_containers.append(_init_dirs_container(options, key, container_security))
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": options.image,
+        "imagePullPolicy": options.image_pull_policy,
+        "command": [options.python, "-I", "-c", INIT],
+        "env": [{"name": k, "value": v} for k, v in sorted(options.env.items())],
+        "resources": copy.deepcopy(options.resources),
+        "securityContext": container_security,
+        "volumeMounts": mounts,
+        "stdin": False,
+        "tty": False,
+    }
+    if options.carrier == "http":
+        container["ports"] = [{"name": "agent", "containerPort": options.http_port}]
+    pod_security: dict[str, Any] = {
+        "runAsNonRoot": options.uid != 0,
+        "runAsUser": options.uid,
+        "runAsGroup": options.gid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if options.fs_group is not None:
+        pod_security["fsGroup"] = options.fs_group
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": options.termination_grace_s,
+        "securityContext": pod_security,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if init_containers:
+        spec["initContainers"] = init_containers
+    if options.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in options.image_pull_secrets]
+    if options.runtime_class_name:
+        spec["runtimeClassName"] = options.runtime_class_name
+    if options.service_account_name:
+        spec["serviceAccountName"] = options.service_account_name
+    labels = {
+        **options.labels,
+        LABEL_SANDBOX_ID: key.sandbox_id,
+        LABEL_USER: label_value(key.user_id),
+        LABEL_THREAD: label_value(key.thread_id),
+        LABEL_OWNER: options.owner,
+        LABEL_COMPONENT: COMPONENT,
+    }
+    annotations = {
+        **options.annotations,
+        ANNOTATION_USER: key.user_id,
+        ANNOTATION_THREAD: key.thread_id,
+    }
+    manifest: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(options, key),
+            "namespace": options.namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+    manifest = deep_merge(manifest, options.pod_template)
+    # Identity is not the template's to change.
+    manifest["metadata"]["name"] = pod_name(options, key)
+    manifest["metadata"]["namespace"] = options.namespace
+    manifest["metadata"].setdefault("labels", {}).update(
+        {LABEL_SANDBOX_ID: key.sandbox_id, LABEL_OWNER: options.owner}
+    )
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
+    manifest["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC] = digest
+    return manifest
+
+
+def spec_digest(manifest: dict[str, Any]) -> str:
+    annotations: dict[str, str] = manifest["metadata"]["annotations"]
+    return annotations[ANNOTATION_SPEC]
+
+
+def deep_merge(base: Any, override: Any) -> Any:
+    """`override` merged into a copy of `base` (see `KubernetesOptions.pod_template`)."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = copy.deepcopy(base)
+        for name, value in override.items():
+            if value is None:
+                merged.pop(name, None)
+            elif name in merged:
+                merged[name] = deep_merge(merged[name], value)
+            else:
+                merged[name] = copy.deepcopy(value)
+        return merged
+    if _named_list(base) and _named_list(override):
+        merged_list = [copy.deepcopy(item) for item in base]
+        index = {item["name"]: i for i, item in enumerate(merged_list)}
+        for item in override:
+            if item["name"] in index:
+                merged_list[index[item["name"]]] = deep_merge(merged_list[index[item["name"]]], item)
+            else:
+                merged_list.append(copy.deepcopy(item))
+        return merged_list
+    return copy.deepcopy(override)
+
+
+def _named_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(item, dict) and isinstance(item.get("name"), str) for item in value
+    )
+
+
+def _empty_dir(options: KubernetesOptions) -> dict[str, Any]:
+    tmp: dict[str, Any] = {"sizeLimit": options.tmp_size_limit}
+    if options.tmp_medium:
+        tmp["medium"] = options.tmp_medium
+    return tmp
+
+
+def _node_path(options: KubernetesOptions, layout: ThreadLayout, real: str) -> str:
+    """Where a thread directory is on the node: `host_path_root` replaces the data root."""
+    if options.host_path_root is None:
+        return real
+    root = str(layout.data_root)
+    if real == root or real.startswith(root + "/"):
+        return options.host_path_root.rstrip("/") + real[len(root) :]
+    return real
+
+
+def _init_dirs_container(
+    options: KubernetesOptions, key: SandboxKey, security: dict[str, Any]
+) -> dict[str, Any]:
+    """Creates the thread dirs on the claim as the sandbox uid (kubelet would make them root's)."""
+    script = (
+        "import os,sys\n"
+        "for name in ('workspace', 'uploads', 'outputs'):\n"
+        "    os.makedirs(os.path.join(sys.argv[1], name), exist_ok=True)\n"
+    )
+    return {
+        "name": INIT_CONTAINER,
+        "image": options.image,
+        "imagePullPolicy": options.image_pull_policy,
+        "command": [options.python, "-I", "-c", script, f"{DATA_MOUNT}/{thread_sub_path(key)}"],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "16Mi"},
+            "limits": {"cpu": "500m", "memory": "64Mi"},
+        },
+        "securityContext": dict(security),
+        "volumeMounts": [{"name": "thread-data", "mountPath": DATA_MOUNT}],
+    }
