@@ -15,10 +15,17 @@ from sandkit.local import LocalProvider
 
 @pytest.fixture(autouse=True, scope="session")
 def _no_ambient_configuration() -> Iterator[None]:
-    """A developer's SANDKIT_* variables must not change test results."""
+    """A developer's sandkit configuration must not change test results.
+
+    Only what configures sandkit itself is cleared (settings fields, the config
+    file, the rg override); test-infrastructure variables such as
+    SANDKIT_BASE_IMAGE, which `.ci/run` exports, stay.
+    """
+    configuring = {f"SANDKIT_{name.upper()}" for name in Settings.model_fields}
+    configuring |= {"SANDKIT_CONFIG", "SANDKIT_RG", "SANDKIT_USER", "SANDKIT_THREAD"}
     with pytest.MonkeyPatch.context() as patch:
         for name in list(os.environ):
-            if name.startswith("SANDKIT_"):
+            if name in configuring or any(name.startswith(v + "__") for v in configuring):
                 patch.delenv(name)
         yield
 

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import posixpath
 import re
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .errors import ErrorCode, SandboxError
 
@@ -40,7 +40,7 @@ class Mount:
     real: str
     read_only: bool = False
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -182,8 +182,8 @@ class PathMapping:
 
     # -- masking ------------------------------------------------------------
 
-    def _build_mask(self) -> Tuple[Optional["re.Pattern[str]"], dict]:
-        mapping = {}
+    def _build_mask(self) -> Tuple[Optional["re.Pattern[str]"], Dict[str, str]]:
+        mapping: Dict[str, str] = {}
         for mount in self.mounts:
             for real in (mount.real, self._real_roots[mount.virtual]):
                 if real != mount.virtual and real != "/":
@@ -201,7 +201,7 @@ class PathMapping:
         )
         return re.compile(pattern), mapping
 
-    def _build_unmask(self) -> Tuple[Optional["re.Pattern[str]"], dict]:
+    def _build_unmask(self) -> Tuple[Optional["re.Pattern[str]"], Dict[str, str]]:
         mapping = {
             m.virtual: self._real_roots[m.virtual]
             for m in self.mounts
@@ -231,7 +231,7 @@ class PathMapping:
     def is_identity(self) -> bool:
         return all(self._real_roots[m.virtual] == m.virtual for m in self.mounts)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {
             "mounts": [m.to_dict() for m in self.mounts],
             "default_dir": self.default_dir,
@@ -239,7 +239,7 @@ class PathMapping:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "PathMapping":
+    def from_dict(cls, data: Dict[str, Any]) -> "PathMapping":
         return cls(
             [Mount(**m) for m in data["mounts"]],
             default_dir=data.get("default_dir", WORKSPACE),
