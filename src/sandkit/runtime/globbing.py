@@ -12,13 +12,14 @@ scanworker.py), so it imports nothing from the package except `ignore`.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import stat
 import time
 from typing import Iterator, List, Optional, Sequence, Set, Tuple, Union
 
-from .ignore import is_ignored_dir, is_ignored_file
+from .ignore import IGNORED_DIR_GLOBS, IGNORED_DIRS, IGNORED_FILE_GLOBS
 
 MAX_PATTERN_CHARS = 4096
 MAX_EXPANSIONS = 256
@@ -464,6 +465,13 @@ def entry_kind(entry: "os.DirEntry[str]") -> str:
     return KIND_OTHER
 
 
+# The ignore module's name globs as one regex (same meaning as its fnmatchcase calls).
+_IGNORED_FILE_RE = re.compile("|".join(fnmatch.translate(g) for g in IGNORED_FILE_GLOBS))
+_IGNORED_DIR_RE = re.compile(
+    "|".join(fnmatch.translate(g) for g in (*IGNORED_DIR_GLOBS, *IGNORED_FILE_GLOBS))
+)
+
+
 def is_ignored_entry(name: str, kind: str) -> bool:
     """The shared ignore set, applied the way ripgrep applies its `--glob` negations.
 
@@ -471,8 +479,8 @@ def is_ignored_entry(name: str, kind: str) -> bool:
     to keep both grep engines identical.
     """
     if kind in (KIND_FILE, KIND_OTHER):
-        return is_ignored_file(name)
-    return is_ignored_dir(name) or is_ignored_file(name)
+        return _IGNORED_FILE_RE.match(name) is not None
+    return name in IGNORED_DIRS or _IGNORED_DIR_RE.match(name) is not None
 
 
 class Deadline:
@@ -552,10 +560,10 @@ def walk(
         if sub:
             stack.append((listing(real, states), 0, rel + "/"))
             continue
-        if pattern is not None and not pattern.accepts(
-            states,
-            kind == KIND_DIR,
-            list_dirs,  # type: ignore[arg-type]
+        if (
+            pattern is not None
+            and states is not None
+            and not pattern.accepts(states, kind == KIND_DIR, list_dirs)
         ):
             continue
         yield rel, real, kind

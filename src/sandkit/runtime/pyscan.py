@@ -98,22 +98,25 @@ def read_searchable(real: str, max_bytes: int) -> Optional[bytes]:
     if opened is None:
         return None
     fd, size = opened
-    chunks: List[bytes] = []
-    total = 0
     try:
-        while True:
-            chunk = os.read(fd, max(size - total, 0) + 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
+        # One read of size + 1 bytes: a short read means we saw the whole file.
+        data = os.read(fd, size + 1)
+        if len(data) > size:
+            chunks = [data]
+            total = len(data)
+            while total <= max_bytes:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
             if total > max_bytes:
                 return None
+            data = b"".join(chunks)
     except OSError:
         return None
     finally:
         os.close(fd)
-    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if is_binary(data[:BINARY_PROBE_BYTES]):
         return None
     return data
@@ -275,10 +278,15 @@ class Matcher:
         self.needle_lb: Optional[bytes] = None
         self.lower_any = bool(spec.get("icase_bytes_any"))
         if lit:
-            if not self.icase:
+            if not self.icase or lit.lower() == lit.upper():
                 self.needle_b = lit.encode("utf-8", "surrogatepass")
             elif lit.isascii():
                 self.needle_lb = lit.lower().encode("ascii")
+        # Every other literal run a match must contain: all must be in the file.
+        self.others_b: List[bytes] = []
+        for run in spec.get("literals", ()):
+            if run != lit and (not self.icase or run.lower() == run.upper()):
+                self.others_b.append(run.encode("utf-8", "surrogatepass"))
         # A pure literal decides files_with_matches and count from the bytes alone.
         self.bytes_decide = self.pure and bool(lit) and "\n" not in (lit or "\n")
 
@@ -304,6 +312,9 @@ class Matcher:
         """
         if self.never:
             return True, None
+        for other in self.others_b:
+            if other not in data:
+                return True, None
         found = self.byte_needle(data)
         return found is not None and found[0].find(found[1]) < 0, found
 

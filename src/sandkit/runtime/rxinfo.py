@@ -588,6 +588,7 @@ class PatternInfo:
             self.literal: Optional[str] = "".join(runs)
         else:
             self.literal = max(runs, key=len) if runs else None
+        self.literals = [run for run in runs if run]
         self.pure_literal = pure
         # `re` finds a case-sensitive literal prefix by itself, in C: no need to help it.
         items = list(parsed)
@@ -649,6 +650,7 @@ class PatternInfo:
             "guarded": self.guarded,
             "compile_flags": self.compile_flags,
             "literal": self.literal,
+            "literals": self.literals,
             "icase": self.icase,
             "pure_literal": self.pure_literal,
             "icase_bytes_any": self.icase_bytes_any,
