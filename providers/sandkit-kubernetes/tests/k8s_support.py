@@ -1,0 +1,95 @@
+"""Access to a Kubernetes cluster and a node-local image for tests.
+
+Without a reachable cluster the Kubernetes tests skip with the reason; under ``CI=true`` the
+same situation is a failure, so a broken CI set-up cannot pass by skipping everything. The dev
+cluster of deploy/dev-cluster is found without configuration (its admin kubeconfig).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+DEV_KUBECONFIG = "/var/lib/sandkit-k8s/admin.kubeconfig"
+DEFAULT_IMAGE = "docker.io/sandkit/sandbox:debian12"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip the test, or fail it under CI=true where nothing may skip."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: Kubernetes tests must run, not skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+def kubeconfig_path() -> str | None:
+    """$SANDKIT_TEST_KUBECONFIG, $KUBECONFIG, the dev cluster's, or ~/.kube/config."""
+    for candidate in (
+        os.environ.get("SANDKIT_TEST_KUBECONFIG"),
+        os.environ.get("KUBECONFIG"),
+        DEV_KUBECONFIG,
+        str(Path.home() / ".kube" / "config"),
+    ):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
+
+
+def sandbox_image() -> str:
+    return os.environ.get("SANDKIT_K8S_TEST_IMAGE") or DEFAULT_IMAGE
+
+
+@functools.cache
+def _connect() -> tuple[Any, str]:
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        return None, "the kubernetes client is not installed (pip install kubernetes)"
+    path = kubeconfig_path()
+    if path is None:
+        return None, (
+            "no kubeconfig found; start the dev cluster with "
+            "`export KUBECONFIG=$(deploy/dev-cluster/up.sh)` (as root)"
+        )
+    try:
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=path, client_configuration=configuration)
+        core = client.CoreV1Api(client.ApiClient(configuration))
+        nodes = core.list_node(_request_timeout=5)
+    except Exception as exc:
+        return None, (
+            f"no Kubernetes cluster reachable with {path} ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); start the dev cluster with `deploy/dev-cluster/up.sh`"
+        )
+    if not nodes.items:
+        return None, f"the cluster of {path} has no node"
+    return (path, core), ""
+
+
+def require_cluster() -> tuple[str, Any]:
+    """(kubeconfig path, CoreV1Api) of a live cluster, or skip (fail under CI)."""
+    found, reason = _connect()
+    if found is None:
+        unavailable(reason)
+    path, core = found
+    return path, core
+
+
+def require_image(core: Any, image: str) -> None:
+    """The image must already be on a node (the tests never pull)."""
+    for node in core.list_node(_request_timeout=10).items:
+        for entry in node.status.images or []:
+            if image in (entry.names or []):
+                return
+    unavailable(
+        f"image {image} is not on any node; the dev cluster imports it in up.sh "
+        "(or set SANDKIT_K8S_TEST_IMAGE)"
+    )

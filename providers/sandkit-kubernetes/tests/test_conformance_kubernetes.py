@@ -1,0 +1,181 @@
+"""The Kubernetes provider runs the shared conformance suite, unchanged, over both carriers.
+
+- stdio: the agent over a pods/exec stream, thread data on hostPath (single-node storage);
+- http: the agent on the pod IP with a bearer token, thread data on a PersistentVolumeClaim
+  (subPaths; a hostPath PersistentVolume stands in for real storage on the dev cluster).
+
+One provider and one pod serve each class (the suite gives every test its own directory); the
+lifecycle tests make their own keys and therefore their own pods.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SESSION
+from sandkit_kubernetes.provider import KubernetesProvider
+from tests.conformance import SandboxConformance
+from tests.conformance.suite import SeedUpload
+
+from sandkit import SandboxKey, Settings
+from sandkit.config import LimitsSettings
+from sandkit.paths import UPLOADS
+from sandkit.runtime.limits import Limits
+from sandkit.sandbox import Sandbox
+
+pytestmark = pytest.mark.kubernetes
+
+SECRET = "sk-test-8c1d2e3f4a5b-never-print"
+# Small enough that a runaway pattern costs the suite seconds, not half a minute.
+LIMITS = LimitsSettings(search_timeout_s=3.0)
+CLAIM = "sandkit-data"
+
+
+def seeder(root: Path, key: SandboxKey) -> SeedUpload:
+    """Uploads arrive from the platform: straight into the thread's directory on the node."""
+    uploads = root / "users" / key.user_id / "threads" / key.thread_id / "user-data" / "uploads"
+
+    def seed(rel: str, data: bytes) -> str:
+        host = uploads / rel
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_bytes(data)
+        return f"{UPLOADS}/{rel}"
+
+    return seed
+
+
+@pytest.fixture(scope="module")
+def claim_root(
+    tmp_path_factory: pytest.TempPathFactory, core: Any, namespace: str
+) -> Iterator[Path]:
+    """A PersistentVolumeClaim bound to a hostPath PersistentVolume at the returned directory."""
+    from kubernetes import client
+
+    root = tmp_path_factory.mktemp("k8s-claim") / "data"
+    root.mkdir()
+    os.chown(root, 1000, 1000)  # what a storage class with fsGroup support would do
+    pv_name = f"sandkit-test-{SESSION}"
+    core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=pv_name, labels={"sandkit.test-session": SESSION}),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "1Gi"},
+                access_modes=["ReadWriteMany"],
+                persistent_volume_reclaim_policy="Retain",
+                storage_class_name="",
+                host_path=client.V1HostPathVolumeSource(path=str(root), type="Directory"),
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=CLAIM),
+            ),
+        )
+    )
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        client.V1PersistentVolumeClaim(
+            metadata=client.V1ObjectMeta(name=CLAIM),
+            spec=client.V1PersistentVolumeClaimSpec(
+                access_modes=["ReadWriteMany"],
+                storage_class_name="",
+                volume_name=pv_name,
+                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+            ),
+        ),
+    )
+    yield root
+    try:
+        core.delete_namespaced_persistent_volume_claim(CLAIM, namespace)
+    finally:
+        core.delete_persistent_volume(pv_name)
+
+
+class KubernetesConformance(SandboxConformance):
+    """Shared fixtures; subclasses say which carrier and storage."""
+
+    @pytest.fixture
+    def key(self, shared_key: SandboxKey) -> SandboxKey:
+        return shared_key
+
+    @pytest.fixture
+    def sandbox(self, provider: KubernetesProvider, key: SandboxKey) -> Sandbox:
+        # Not released after each test: the next test reuses the running pod.
+        return provider.acquire(key)
+
+    @pytest.fixture
+    def secret_values(self) -> list[str]:
+        return [SECRET]
+
+    @pytest.fixture
+    def limits(self) -> Limits:
+        return LIMITS.to_limits()
+
+
+@pytest.fixture(scope="module")
+def shared_key() -> SandboxKey:
+    return SandboxKey("conformance", f"thread-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(scope="module")
+def stdio_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("k8s-stdio") / "data"
+
+
+@pytest.fixture(scope="module")
+def stdio_provider(
+    stdio_root: Path, options_for: Callable[..., dict[str, Any]]
+) -> Iterator[KubernetesProvider]:
+    settings = Settings(
+        data_root=stdio_root,
+        secrets=[SECRET],
+        limits=LIMITS,
+        providers={"kubernetes": options_for(carrier="stdio", storage="hostPath")},
+    )
+    provider = KubernetesProvider(settings)
+    yield provider
+    provider.shutdown()
+
+
+@pytest.fixture(scope="module")
+def http_provider(
+    claim_root: Path, options_for: Callable[..., dict[str, Any]]
+) -> Iterator[KubernetesProvider]:
+    settings = Settings(
+        data_root=claim_root,
+        secrets=[SECRET],
+        limits=LIMITS,
+        providers={"kubernetes": options_for(carrier="http", storage="pvc", pvc_claim_name=CLAIM)},
+    )
+    provider = KubernetesProvider(settings)
+    yield provider
+    provider.shutdown()
+
+
+class TestKubernetesStdioConformance(KubernetesConformance):
+    @pytest.fixture
+    def provider(self, stdio_provider: KubernetesProvider) -> KubernetesProvider:
+        return stdio_provider
+
+    @pytest.fixture
+    def forbidden_strings(self, stdio_root: Path) -> list[str]:
+        return sorted({str(stdio_root), os.path.realpath(stdio_root)})
+
+    @pytest.fixture
+    def seed_upload(self, stdio_root: Path, key: SandboxKey) -> SeedUpload:
+        return seeder(stdio_root, key)
+
+
+class TestKubernetesHttpConformance(KubernetesConformance):
+    @pytest.fixture
+    def provider(self, http_provider: KubernetesProvider) -> KubernetesProvider:
+        return http_provider
+
+    @pytest.fixture
+    def forbidden_strings(self, claim_root: Path) -> list[str]:
+        return sorted({str(claim_root), os.path.realpath(claim_root)})
+
+    @pytest.fixture
+    def seed_upload(self, claim_root: Path, key: SandboxKey) -> SeedUpload:
+        return seeder(claim_root, key)
