@@ -8,6 +8,7 @@ import typer
 
 from . import commands
 from .doctor import doctor
+from .mcp_command import mcp
 from .providers import providers
 from .session import (
     AllowExecuteOpt,
@@ -68,6 +69,7 @@ app.command("release")(sandbox_command(commands.release))
 app.command("destroy")(sandbox_command(commands.destroy))
 app.command("providers")(sandbox_command(providers))
 app.command("doctor")(sandbox_command(doctor))
+app.command("mcp")(sandbox_command(mcp))
 
 
 def _demo(

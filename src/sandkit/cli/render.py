@@ -17,7 +17,11 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ..models import GlobResult, GrepMatch, GrepResult, ListDirResult, ReadFileResult
+from ..models import GrepMatch, GrepResult, ListDirResult, ReadFileResult
+from ..tools import render as plain
+from ..tools.render import counted, glob_summary, numbered_lines
+
+__all__ = ["counted", "glob_summary", "numbered_lines"]  # shared with the LLM tools
 
 MATCH_STYLE = "bold red"
 HIGHLIGHT_BUDGET_S = 0.25
@@ -32,10 +36,6 @@ def human_size(size: int | None) -> str:
             return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
-
-
-def counted(count: int, singular: str, plural: str) -> str:
-    return f"{count} {singular if count == 1 else plural}"
 
 
 # -- list_dir ---------------------------------------------------------------
@@ -63,71 +63,15 @@ def dir_tree(result: ListDirResult) -> Tree:
 # -- read_file --------------------------------------------------------------
 
 
-def numbered_lines(result: ReadFileResult) -> list[str]:
-    """`cat -n` style lines (`"     7\\ttext"`) for the served range.
-
-    Text past the served lines (the runtime's marker for a cut long line)
-    is shown unnumbered, so numbers always match the file.
-    """
-    if result.end_line == 0 or not result.content:
-        return []
-    lines = result.content.split("\n")
-    if result.content.endswith("\n"):
-        lines.pop()
-    served = result.end_line - result.start_line + 1
-    numbered = []
-    for number, line in enumerate(lines[:served], start=result.start_line):
-        text = line.removesuffix("\r")  # a CRLF file's \r would move the cursor
-        numbered.append(f"{number:>6}\t{text}")
-    return numbered + [f"{'':>6}\t{line}" for line in lines[served:] if line]
-
-
 def read_hint(result: ReadFileResult) -> str | None:
-    if result.total_lines == 0:
-        return f"{result.path} is empty"
-    if result.truncated and result.next_start_line is not None:
-        return (
-            f"showing lines {result.start_line}-{result.end_line} of {result.total_lines}; "
-            f"continue with --start {result.next_start_line}"
-        )
-    return None
-
-
-# -- glob -------------------------------------------------------------------
-
-
-def glob_summary(result: GlobResult) -> str:
-    if not result.paths:
-        return f"No files matched {result.pattern!r} under {result.path}"
-    count = len(result.paths)
-    summary = f"Found {counted(count, 'path', 'paths')} under {result.path}"
-    if result.truncated:
-        summary += f" (showing first {len(result.paths)}; narrow the path or pattern)"
-    return summary
+    return plain.read_hint(result, lambda line: f"continue with --start {line}")
 
 
 # -- grep -------------------------------------------------------------------
 
 
 def grep_summary(result: GrepResult) -> str:
-    count = {
-        "content": len(result.matches),
-        "files_with_matches": len(result.files),
-        "count": len(result.counts),
-    }[result.output_mode]
-    noun = ("match", "matches") if result.output_mode == "content" else ("file", "files")
-    if count == 0:
-        where = f" past offset {result.offset}" if result.offset else ""
-        return f"No matches found under {result.path}{where}"
-    summary = f"Found {counted(count, *noun)} under {result.path}"
-    if result.offset:
-        summary += f" (from offset {result.offset})"
-    if result.truncated:
-        summary += (
-            f"; more exist: next page with --offset {result.offset + count},"
-            " or narrow the path or pattern"
-        )
-    return summary
+    return plain.grep_summary(result, lambda offset: f"next page with --offset {offset}")
 
 
 def highlighter(
@@ -184,46 +128,27 @@ def grep_lines(result: GrepResult, regex: re.Pattern[str] | None) -> Iterator[Te
         for item in result.counts:
             yield Text.assemble((item.path, "magenta"), ":", (str(item.count), "green"))
         return
-    with_context = any(m.before or m.after for m in result.matches)
     try:
         with _time_budget(HIGHLIGHT_BUDGET_S) as timed:
-            lines = _content_lines(result.matches, regex if timed else None, with_context)
+            lines = _content_lines(result.matches, regex if timed else None)
     except _OutOfTime:
-        lines = _content_lines(result.matches, None, with_context)
+        lines = _content_lines(result.matches, None)
     yield from lines
 
 
-def _content_lines(
-    matches: list[GrepMatch], regex: re.Pattern[str] | None, with_context: bool
-) -> list[Text]:
-    """`path:N: text` for matched lines, `path-N- text` for context, `--` between groups.
+def _content_lines(matches: list[GrepMatch], regex: re.Pattern[str] | None) -> list[Text]:
+    """`path:N: text` for matched lines, `path-N- text` for context, `--` between groups."""
 
-    Context of neighbouring matches overlaps; like grep, each line shows once
-    and a matched line wins over the same line shown as context.
-    """
-    lines: dict[tuple[str, int], tuple[str, Text]] = {}
-    for match in matches:
-        number = match.line_number - len(match.before)
-        for line in match.before:
-            lines.setdefault((match.path, number), ("-", Text(line)))
-            number += 1
+    def match_lines(match: GrepMatch) -> list[Text]:
         text = Text(match.text)
         if regex is not None:
             text.highlight_regex(regex, MATCH_STYLE)
-        for part in text.split("\n") if "\n" in match.text else [text]:
-            lines[(match.path, number)] = (":", part)
-            number += 1
-        for line in match.after:
-            lines.setdefault((match.path, number), ("-", Text(line)))
-            number += 1
-    out: list[Text] = []
-    previous: tuple[str, int] | None = None
-    for (path, number), (sep, text) in lines.items():
-        if with_context and previous is not None and previous != (path, number - 1):
-            out.append(Text("--", style="cyan"))
-        out.append(_line(path, number, sep, text))
-        previous = (path, number)
-    return out
+        return list(text.split("\n")) if "\n" in match.text else [text]
+
+    return [
+        Text("--", style="cyan") if row is None else _line(*row)
+        for row in plain.grep_rows(matches, match_lines, Text)
+    ]
 
 
 def _line(path: str, number: int, sep: str, text: Text) -> Text:

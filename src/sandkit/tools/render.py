@@ -1,0 +1,245 @@
+"""Plain-text renderings of the result models: what a model (or a pipe) reads.
+
+One place decides the wording of summaries, hints and errors, so the LLM
+tools, the MCP server and the CLI say the same thing. No rich, no colour:
+the CLI adds its styling on top of these strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from ..errors import SandboxError
+from ..models import (
+    EditResult,
+    ExecuteResult,
+    GlobResult,
+    GrepMatch,
+    GrepResult,
+    ListDirResult,
+    ReadFileResult,
+    WriteResult,
+)
+
+T = TypeVar("T")
+
+# Lines longer than this are cut in tool output: one minified line must not
+# eat a model's context. The CLI prints lines whole.
+TOOL_LINE_CHARS = 2000
+
+NextStep = Callable[[int], str]
+
+
+def tool_read_step(line: int) -> str:
+    return f"call again with start_line={line} to continue"
+
+
+def tool_page_step(offset: int) -> str:
+    return f"call again with offset={offset}"
+
+
+def counted(count: int, singular: str, plural: str) -> str:
+    return f"{count} {singular if count == 1 else plural}"
+
+
+def error_line(exc: SandboxError) -> str:
+    """`Error [CODE]: message`: the code first, so a model can branch and correct itself."""
+    return f"Error [{exc.code.value}]: {exc.message}"
+
+
+# -- read_file ----------------------------------------------------------------
+
+
+def cut_line(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [line cut: {limit} of {len(text)} characters shown]"
+
+
+def numbered_lines(result: ReadFileResult, line_chars: int | None = None) -> list[str]:
+    """`cat -n` style lines (`"     7\\ttext"`) for the served range.
+
+    Text past the served lines (the runtime's marker for a line cut at the
+    byte cap) is shown unnumbered, so numbers always match the file.
+    """
+    if result.end_line == 0 or not result.content:
+        return []
+    lines = result.content.split("\n")
+    if result.content.endswith("\n"):
+        lines.pop()
+    served = result.end_line - result.start_line + 1
+    numbered = []
+    for number, line in enumerate(lines[:served], start=result.start_line):
+        text = line.removesuffix("\r")  # a CRLF file's \r would move a terminal's cursor
+        if line_chars is not None:
+            text = cut_line(text, line_chars)
+        numbered.append(f"{number:>6}\t{text}")
+    return numbered + [f"{'':>6}\t{line}" for line in lines[served:] if line]
+
+
+def read_hint(result: ReadFileResult, next_step: NextStep = tool_read_step) -> str | None:
+    """Why the output stops where it does: an empty file, or where to continue."""
+    if result.total_lines == 0:
+        return f"{result.path} is empty (0 lines)"
+    if result.truncated and result.next_start_line is not None:
+        return (
+            f"showing lines {result.start_line}-{result.end_line} of {result.total_lines}; "
+            f"{next_step(result.next_start_line)}"
+        )
+    return None
+
+
+def render_read(result: ReadFileResult) -> str:
+    lines = numbered_lines(result, TOOL_LINE_CHARS)
+    hint = read_hint(result)
+    if hint is not None:
+        lines.append(f"({hint})")
+    return "\n".join(lines)
+
+
+# -- write_file / edit_file ------------------------------------------------------
+
+
+def render_write(result: WriteResult, append: bool = False) -> str:
+    verb = "Appended" if append else ("Created" if result.created else "Replaced")
+    return f"{verb} {result.path} ({counted(result.bytes_written, 'byte', 'bytes')})"
+
+
+def render_edit(result: EditResult) -> str:
+    return f"Edited {result.path}: {counted(result.replacements, 'replacement', 'replacements')}"
+
+
+# -- ls -----------------------------------------------------------------------------
+
+
+def render_ls(result: ListDirResult) -> str:
+    """An indented tree: directories end in `/`, symlinks in `@`, files show bytes."""
+    if not result.entries:
+        return f"{result.path} is empty"
+    lines = [f"{result.path}/"]
+    for entry in result.entries:
+        name = entry.name + {"dir": "/", "symlink": "@"}.get(entry.kind, "")
+        size = f" ({counted(entry.size, 'byte', 'bytes')})" if entry.size is not None else ""
+        lines.append(f"{'  ' * entry.depth}{name}{size}")
+    if result.truncated:
+        lines.append(
+            f"(showing first {len(result.entries)} entries; "
+            "list a subdirectory or lower max_depth to see the rest)"
+        )
+    return "\n".join(lines)
+
+
+# -- glob ---------------------------------------------------------------------------
+
+
+def glob_summary(result: GlobResult) -> str:
+    if not result.paths:
+        return f"No files matched under {result.path}"
+    count = len(result.paths)
+    summary = f"Found {counted(count, 'path', 'paths')} under {result.path}"
+    if result.truncated:
+        summary += f" (showing first {count}; narrow the path or pattern)"
+    return summary
+
+
+def render_glob(result: GlobResult) -> str:
+    return "\n".join([glob_summary(result), *result.paths])
+
+
+# -- grep ---------------------------------------------------------------------------
+
+
+def grep_count(result: GrepResult) -> int:
+    return {
+        "content": len(result.matches),
+        "files_with_matches": len(result.files),
+        "count": len(result.counts),
+    }[result.output_mode]
+
+
+def grep_summary(result: GrepResult, next_page: NextStep = tool_page_step) -> str:
+    count = grep_count(result)
+    noun = ("match", "matches") if result.output_mode == "content" else ("file", "files")
+    if count == 0:
+        where = f" past offset {result.offset}" if result.offset else ""
+        return f"No matches found under {result.path}{where}"
+    summary = f"Found {counted(count, *noun)} under {result.path}"
+    if result.offset:
+        summary += f" (from offset {result.offset})"
+    if result.truncated:
+        summary += (
+            f" (showing first {count}; more exist: {next_page(result.offset + count)},"
+            " or narrow the path or pattern)"
+        )
+    return summary
+
+
+def grep_rows(
+    matches: Sequence[GrepMatch],
+    match_lines: Callable[[GrepMatch], list[T]],
+    context_line: Callable[[str], T],
+) -> list[tuple[str, int, str, T] | None]:
+    """Matched and context lines in grep's order; `None` marks a `--` break.
+
+    Context of neighbouring matches overlaps; like grep, each line shows once
+    and a matched line wins over the same line shown as context. The two
+    callables turn text into the caller's line type (plain or styled).
+    """
+    lines: dict[tuple[str, int], tuple[str, T]] = {}
+    for match in matches:
+        number = match.line_number - len(match.before)
+        for line in match.before:
+            lines.setdefault((match.path, number), ("-", context_line(line)))
+            number += 1
+        for part in match_lines(match):
+            lines[(match.path, number)] = (":", part)
+            number += 1
+        for line in match.after:
+            lines.setdefault((match.path, number), ("-", context_line(line)))
+            number += 1
+    with_context = any(m.before or m.after for m in matches)
+    rows: list[tuple[str, int, str, T] | None] = []
+    previous: tuple[str, int] | None = None
+    for (path, number), (sep, text) in lines.items():
+        if with_context and previous is not None and previous != (path, number - 1):
+            rows.append(None)
+        rows.append((path, number, sep, text))
+        previous = (path, number)
+    return rows
+
+
+def grep_lines(result: GrepResult) -> list[str]:
+    """`path:N: text` (content), `path` (files_with_matches) or `path:count` (count)."""
+    if result.output_mode == "files_with_matches":
+        return list(result.files)
+    if result.output_mode == "count":
+        return [f"{item.path}:{item.count}" for item in result.counts]
+    rows = grep_rows(result.matches, lambda m: m.text.split("\n"), lambda line: line)
+    return ["--" if row is None else f"{row[0]}{row[2]}{row[1]}{row[2]} {row[3]}" for row in rows]
+
+
+def render_grep(result: GrepResult) -> str:
+    return "\n".join([grep_summary(result), *grep_lines(result)])
+
+
+# -- bash ---------------------------------------------------------------------------
+
+
+def render_execute(result: ExecuteResult) -> str:
+    """stdout, then stderr under a marker, then the status line a model should check."""
+    parts = []
+    if result.stdout:
+        parts.append(result.stdout.removesuffix("\n"))
+    if result.stderr:
+        parts.append("[stderr]\n" + result.stderr.removesuffix("\n"))
+    if not parts:
+        parts.append("(no output)")
+    if result.timed_out:
+        seconds = result.duration_ms / 1000
+        parts.append(f"[timed out after {seconds:.1f} s and killed; output so far is shown]")
+    else:
+        parts.append(f"[exit code {result.exit_code}]")
+    if result.truncated:
+        parts.append("[output truncated: the head and tail of each stream are kept]")
+    return "\n".join(parts)

@@ -1,0 +1,294 @@
+"""What each agent tool is called, what it takes and what it tells the model.
+
+The argument models are the single source of the JSON schemas (MCP input
+schemas, LangChain args schemas) and of argument validation. Descriptions
+teach the workflow (glob -> grep -> read_file -> edit_file) and name every
+bound; `$name` placeholders are filled from the configured limits, so the
+schema a model sees states the numbers this deployment enforces.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import LimitsSettings
+from ..models import (
+    EditResult,
+    ExecuteResult,
+    GlobResult,
+    GrepMode,
+    GrepResult,
+    ListDirResult,
+    ReadFileResult,
+    WriteResult,
+)
+from ..runtime.pathmap import WORKSPACE
+from .render import TOOL_LINE_CHARS
+
+PATH_HELP = f"Absolute path, or relative to {WORKSPACE}."
+
+INSTRUCTIONS = f"""\
+A sandbox with its own files and shell. Work under {WORKSPACE} (the default \
+directory; relative paths start there); /mnt/user-data/outputs is for results \
+and /mnt/user-data/uploads holds the user's files (read-only). Paths outside \
+/mnt/user-data (and /mnt/skills when present) are refused.
+Workflow: glob to find files by name, grep to find where something is, \
+read_file to read the lines that matter, edit_file to change exact text \
+(write_file only for new files or full rewrites), bash to run builds, tests \
+and programs. Every tool answers with text; a failure starts with \
+"Error [CODE]:" and says what to fix."""
+
+
+class _Args(BaseModel):
+    # Unknown arguments are an error, not silently dropped: the model learns the real name.
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReadFileArgs(_Args):
+    path: str = Field(description=f"File to read. {PATH_HELP}")
+    start_line: int | None = Field(
+        default=None,
+        ge=1,
+        description="First line to show (1-based). Omit to start at line 1; to continue a "
+        "long file, pass the start_line the previous output named.",
+    )
+    end_line: int | None = Field(
+        default=None,
+        ge=1,
+        description="Last line to show (inclusive). Omit to read as far as one call allows "
+        "($read_max_lines lines).",
+    )
+
+
+class WriteFileArgs(_Args):
+    path: str = Field(description=f"File to create or replace. {PATH_HELP}")
+    content: str = Field(description="The complete new text of the file (UTF-8).")
+    append: bool = Field(default=False, description="Add content to the end instead of replacing.")
+
+
+class EditFileArgs(_Args):
+    path: str = Field(description=f"File to edit. {PATH_HELP}")
+    old_string: str = Field(
+        description="Exact text to replace, copied from read_file output without the "
+        "line-number prefix; whitespace and indentation must match. Include enough "
+        "surrounding lines to make it unique."
+    )
+    new_string: str = Field(description="Replacement text (must differ from old_string).")
+    replace_all: bool = Field(
+        default=False, description="Replace every occurrence instead of exactly one."
+    )
+
+
+class LsArgs(_Args):
+    path: str = Field(default=WORKSPACE, description=f"Directory to list. {PATH_HELP}")
+    max_depth: int = Field(
+        default=2,
+        ge=1,
+        description="Levels to descend (1 = direct children; at most $list_max_depth).",
+    )
+
+
+class GlobArgs(_Args):
+    pattern: str = Field(
+        description="Glob matched against paths relative to `path`: `*` and `?` within one "
+        "path segment, `[abc]`, `**` for any number of directories (zero included), "
+        "`{a,b}` alternatives. Examples: `**/*.py`, `src/**/test_*.py`, `*.{md,txt}`."
+    )
+    path: str = Field(default=WORKSPACE, description=f"Directory to search under. {PATH_HELP}")
+    include_dirs: bool = Field(default=False, description="Also return matching directories.")
+    max_results: int | None = Field(
+        default=None,
+        description="How many paths to return: default $glob_default_results, at most "
+        "$glob_max_results (larger values are lowered); 0 or less means the default.",
+    )
+
+
+class GrepArgs(_Args):
+    pattern: str = Field(
+        description="Python regular expression (or plain text with literal=true). "
+        "Case-insensitive unless case_sensitive=true."
+    )
+    path: str = Field(
+        default=WORKSPACE, description=f"Directory (searched recursively) or file. {PATH_HELP}"
+    )
+    glob: str | None = Field(
+        default=None,
+        description="Only search files matching this glob: without `/` it matches the file "
+        "name at any depth (`*.py`, `*.{ts,tsx}`), with `/` the path relative to `path`.",
+    )
+    literal: bool = Field(default=False, description="Treat pattern as plain text.")
+    case_sensitive: bool = Field(default=False, description="Match case exactly.")
+    output_mode: GrepMode = Field(
+        default="content",
+        description="content: matching lines as `path:line: text`; files_with_matches: "
+        "only the paths; count: matching lines per file.",
+    )
+    before: int = Field(
+        default=0, ge=0, description="Context lines before each match (at most $grep_max_context)."
+    )
+    after: int = Field(
+        default=0, ge=0, description="Context lines after each match (at most $grep_max_context)."
+    )
+    multiline: bool = Field(
+        default=False, description="Let a match span lines (the file is one string)."
+    )
+    max_results: int | None = Field(
+        default=None,
+        description="Results per call: default $grep_default_results, at most "
+        "$grep_max_results (larger values are lowered); 0 or less means the default.",
+    )
+    offset: int = Field(
+        default=0, ge=0, description="Skip this many results: the next page of a long answer."
+    )
+
+
+class BashArgs(_Args):
+    command: str = Field(description="Shell command, run with bash -c (sh when bash is absent).")
+    timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds before the command is killed: default $exec_default_timeout_s, "
+        "at most $exec_max_timeout_s.",
+    )
+    cwd: str | None = Field(
+        default=None, description=f"Working directory; default {WORKSPACE}. {PATH_HELP}"
+    )
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str  # a template: `$limit_name` placeholders
+    args: type[_Args]
+    result: type[BaseModel]
+    read_only: bool
+
+
+SPECS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "glob",
+        "Find files by path pattern. Start here to locate files by name; then grep to find "
+        "content, read_file to read it, edit_file to change it. Returns sorted absolute "
+        "paths, at most $glob_max_results per call. Directories such as .git, node_modules "
+        "and virtualenvs are skipped unless you search inside them.",
+        GlobArgs,
+        GlobResult,
+        read_only=True,
+    ),
+    ToolSpec(
+        "grep",
+        "Search file contents with a regular expression: where something is defined, used "
+        "or configured. Content mode answers `path:line: text`; then read_file around those "
+        "line numbers. Narrow with `glob` (e.g. `*.py`) or `path`. Binary files and files "
+        "over $grep_max_file_bytes are skipped; lines are cut to $grep_line_chars "
+        "characters. Long answers are paged with max_results and offset.",
+        GrepArgs,
+        GrepResult,
+        read_only=True,
+    ),
+    ToolSpec(
+        "read_file",
+        "Read a text file with line numbers (`cat -n` layout: number, tab, line). One call "
+        "shows at most $read_max_lines lines; when the file goes on, the output ends with "
+        "the start_line to pass next. Read the range you need rather than whole large files. "
+        f"Lines over {TOOL_LINE_CHARS} characters are cut with a marker. Binary files are "
+        "an error. Read a file before editing it.",
+        ReadFileArgs,
+        ReadFileResult,
+        read_only=True,
+    ),
+    ToolSpec(
+        "edit_file",
+        "Replace exact text in an existing file. old_string must occur exactly once "
+        "(unless replace_all); otherwise the call fails saying whether it was not found or "
+        "occurs several times, and nothing changes. Prefer this to write_file for changes.",
+        EditFileArgs,
+        EditResult,
+        read_only=False,
+    ),
+    ToolSpec(
+        "write_file",
+        "Create a file or replace its whole content (missing directories are created; the "
+        "replace is atomic). Use edit_file to change part of an existing file. At most "
+        "$write_max_bytes.",
+        WriteFileArgs,
+        WriteResult,
+        read_only=False,
+    ),
+    ToolSpec(
+        "ls",
+        "List a directory as an indented tree: directories end in `/`, symlinks in `@`, "
+        "files show their size. At most $list_max_entries entries; .git, node_modules, "
+        "caches and the like are not listed below the directory you ask for. Use glob to "
+        "find files by pattern.",
+        LsArgs,
+        ListDirResult,
+        read_only=True,
+    ),
+    ToolSpec(
+        "bash",
+        "Run a shell command in the sandbox (cwd /mnt/user-data/workspace by default) for "
+        "builds, tests, git and programs. Use glob, grep, read_file and edit_file instead of "
+        "find, grep, cat and sed for files. Each stream keeps at most $exec_output_bytes "
+        "(head and tail). The output ends with the exit code; a command that runs past "
+        "its timeout is killed.",
+        BashArgs,
+        ExecuteResult,
+        read_only=False,
+    ),
+)
+
+SPECS_BY_NAME = {spec.name: spec for spec in SPECS}
+TOOL_NAMES = tuple(spec.name for spec in SPECS)
+
+
+def _number(name: str, value: Any) -> str:
+    if name.endswith("_bytes") and isinstance(value, int):
+        for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if value >= size and value % size == 0:
+                return f"{value // size} {unit}"
+        return f"{value} bytes"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def fill(text: str, limits: LimitsSettings) -> str:
+    """Put the configured limits into a description template."""
+    values = {name: _number(name, value) for name, value in limits.model_dump().items()}
+    return string.Template(text).safe_substitute(values)
+
+
+def _fill_all(node: Any, limits: LimitsSettings) -> Any:
+    if isinstance(node, dict):
+        return {
+            key: fill(value, limits)
+            if key == "description" and isinstance(value, str)
+            # "title" is pydantic noise the model does not need.
+            else _fill_all(value, limits)
+            for key, value in node.items()
+            if not (key == "title" and isinstance(value, str))
+        }
+    if isinstance(node, list):
+        return [_fill_all(item, limits) for item in node]
+    return node
+
+
+def input_schema(spec: ToolSpec, limits: LimitsSettings) -> dict[str, Any]:
+    """JSON schema of the tool's arguments, with this deployment's limits filled in."""
+    schema: dict[str, Any] = _fill_all(spec.args.model_json_schema(), limits)
+    return schema
+
+
+def output_schema(spec: ToolSpec) -> dict[str, Any]:
+    """JSON schema of the structured result (the result model)."""
+    schema: dict[str, Any] = spec.result.model_json_schema()
+    return schema
+
+
+def description(spec: ToolSpec, limits: LimitsSettings) -> str:
+    return fill(spec.description, limits)
