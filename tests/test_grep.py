@@ -581,6 +581,39 @@ def test_worker_survives_its_own_timeout(ws: Path) -> None:
     assert [m["line_number"] for m in grep(ctx, r"a+!")["matches"]] == [1]
 
 
+def test_worker_runs_from_a_zipapp(tmp_path: Path) -> None:
+    """Inside a box the runtime is imported from a zip; the worker must still start."""
+    import subprocess
+    import zipfile
+
+    runtime = Path(scanworker.__file__).parent
+    archive = tmp_path / "runtime.pyz"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("sandkit/__init__.py", "")
+        for source in runtime.glob("*.py"):
+            zf.write(source, f"sandkit/runtime/{source.name}")
+    ws = tmp_path / "ws"
+    write(ws, {"f.txt": "aaaa!\nfine line\n"})
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from sandkit.runtime import search\n"
+        "from sandkit.runtime.context import Context\n"
+        "from sandkit.runtime.pathmap import Mount, PathMapping\n"
+        "assert search.__file__.startswith(sys.argv[1]), search.__file__\n"
+        "ctx = Context(mapping=PathMapping([Mount('/w', sys.argv[2])]))\n"
+        "found = search.grep(ctx, r'fi\\w+ line', path='/w')['matches']\n"
+        "print([m['line_number'] for m in found])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", script, str(archive), str(ws)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[2]"
+
+
 def test_icase_partner_table_matches_python() -> None:
     from sandkit.runtime import rxinfo
 

@@ -593,31 +593,27 @@ def search(req: Dict[str, Any], deadline: Optional[Deadline] = None) -> Dict[str
 
 
 def content_from_lines(
-    pages: Sequence[Tuple[str, str, Sequence[Tuple[int, int, int]], int]],
+    pages: Sequence[Tuple[str, bytes, Sequence[Tuple[int, int, int]], int]],
     take: int,
     before: int,
     after: int,
     limit: int,
-    max_bytes: int,
 ) -> Optional[List[Dict[str, Any]]]:
     """Content results from matches found elsewhere (ripgrep's exact verdict).
 
-    `pages` holds (virtual path, real path, [(1-based line, byte offset of the
-    line, byte column of the match)], results to skip in this file). None when
-    a file no longer reads the same (it changed or became unreadable), so the
-    caller can start over in Python.
+    `pages` holds (virtual path, the file's bytes, [(1-based line, byte offset of
+    the line, byte column of the match)], results to skip in this file). None
+    when the bytes do not fit those offsets (the file changed between ripgrep's
+    read and ours), so the caller can start over in Python.
     """
     items: List[Dict[str, Any]] = []
-    for vpath, real, found, skip in pages:
-        raw = read_searchable(real, max_bytes)
-        if raw is None:
-            return None
+    for vpath, raw, found, skip in pages:
         data = strip_bom(raw)
         size = len(data)
         for number, offset, byte_column in list(found)[skip:]:
             if len(items) == take:
                 return items
-            if offset > size or (offset and data[offset - 1] != 10) or offset == size:
+            if offset >= size or (offset and data[offset - 1] != 10):
                 return None
             end = data.find(b"\n", offset)
             if end < 0:

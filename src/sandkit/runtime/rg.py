@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -243,10 +244,21 @@ def parse_json_blocks(out: bytes) -> Dict[str, List[bytes]]:
     return blocks
 
 
+# The fields we need, in the order ripgrep writes them; json.loads when it differs.
+_MATCH_FIELDS = re.compile(
+    rb'"line_number":(\d+),"absolute_offset":(\d+),"submatches":\[\{"match":'
+    rb'\{"(?:text|bytes)":"(?:[^"\\]|\\.)*"\},"start":(\d+)'
+)
+
+
 def match_positions(records: Sequence[bytes]) -> List[Tuple[int, int, int]]:
     """(line number, line offset, match column), in bytes, of raw "match" records."""
     rows = []
     for record in records:
+        fields = _MATCH_FIELDS.search(record)
+        if fields is not None:
+            rows.append((int(fields.group(1)), int(fields.group(2)), int(fields.group(3))))
+            continue
         data = json.loads(record)["data"]
         submatches = data.get("submatches") or [{"start": 0}]
         rows.append(

@@ -320,10 +320,12 @@ def _rg_engine(query: _Query, rg_path: str) -> Tuple[List[Any], bool]:
         rels = _relative(query, parse_files(out))
         candidates = [(_join(query.vroot, rel), query.root + "/" + rel) for rel in rels]
         return _python_engine(query, candidates)
-    if query.mode == "content" and not query.info.safe:
-        # No Python regex at all for a pattern that might backtrack: one ripgrep
-        # pass whose JSON gives the lines, unless that output grows too big.
-        single = _rg_content_single(query, rg_path)
+    if query.mode == "content":
+        # One ripgrep pass whose JSON gives the lines, unless that output grows too
+        # big (then count first and read only the page). A pattern that might
+        # backtrack gets a bigger budget: its fallback needs a second ripgrep run.
+        budget = SINGLE_PASS_SAFE_OUTPUT if query.info.safe else SINGLE_PASS_MAX_OUTPUT
+        single = _rg_content_single(query, rg_path, budget)
         if single is not None:
             return single
     if query.mode == "files_with_matches":
@@ -391,16 +393,12 @@ def _rg_content(
     inputs = []
     for vpath, real, page_skip, count in pages:
         lines = found.get(real, [])
-        if len(lines) != min(count, max_count):
+        data = pyscan.read_searchable(real, max_bytes)
+        if len(lines) != min(count, max_count) or data is None:
             raise _Inconsistent()
-        inputs.append((vpath, real, lines, page_skip))
+        inputs.append((vpath, data, lines, page_skip))
     items = pyscan.content_from_lines(
-        inputs,
-        query.cap,
-        query.before,
-        query.after,
-        query.limits.grep_line_chars,
-        max_bytes,
+        inputs, query.cap, query.before, query.after, query.limits.grep_line_chars
     )
     if items is None:
         raise _Inconsistent()
@@ -437,15 +435,18 @@ def _page_in_python(
 # One `--json` pass answers a content query when its output stays small; past
 # this many bytes ripgrep is stopped and the count-then-page route is used.
 SINGLE_PASS_MAX_OUTPUT = 8 << 20
+SINGLE_PASS_SAFE_OUTPUT = 2 << 20
 
 
-def _rg_content_single(query: _Query, rg_path: str) -> Optional[Tuple[List[Any], bool]]:
+def _rg_content_single(
+    query: _Query, rg_path: str, budget: int
+) -> Optional[Tuple[List[Any], bool]]:
     info = query.info
     needed = query.offset + query.cap + 1
     basename_globs = query.glob_filter.rg_basename_globs() if query.glob_filter else None
     args = tree_args(query.limits.grep_max_file_bytes, basename_globs, False)
     args += ["--json", "--max-count=%d" % needed, "--regexp=" + (info.rust or ""), "--", query.root]
-    out = run_bounded(rg_path, args, query.deadline.remaining(), SINGLE_PASS_MAX_OUTPUT)
+    out = run_bounded(rg_path, args, query.deadline.remaining(), budget)
     if out is None:
         return None
     blocks = parse_json_blocks(out)
@@ -460,19 +461,23 @@ def _rg_content_single(query: _Query, rg_path: str) -> Optional[Tuple[List[Any],
     taken = 0
     more = False
     for rel in rels:
+        query.deadline.check(32)
         records = by_rel[rel]
         count = len(records)
         real = query.root + "/" + rel
-        if not pyscan.probe(real, max_bytes):
-            continue
-        if taken == query.cap:
-            more = True
-            break
-        if skip >= count:
+        if taken == query.cap or skip >= count:
+            if not pyscan.probe(real, max_bytes):
+                continue
+            if taken == query.cap:
+                more = True
+                break
             skip -= count
             continue
+        data = pyscan.read_searchable(real, max_bytes)
+        if data is None:
+            continue
         need = min(count - skip, query.cap - taken)
-        inputs.append((_join(query.vroot, rel), real, match_positions(records), skip))
+        inputs.append((_join(query.vroot, rel), data, match_positions(records), skip))
         taken += need
         if need < count - skip:
             more = True
@@ -481,7 +486,7 @@ def _rg_content_single(query: _Query, rg_path: str) -> Optional[Tuple[List[Any],
     if not inputs:
         return [], more
     items = pyscan.content_from_lines(
-        inputs, query.cap, query.before, query.after, query.limits.grep_line_chars, max_bytes
+        inputs, query.cap, query.before, query.after, query.limits.grep_line_chars
     )
     if items is None:
         raise _Inconsistent()
