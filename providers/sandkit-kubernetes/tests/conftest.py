@@ -110,7 +110,8 @@ def k8s_options(image: str, kubeconfig: str, namespace: str, **overrides: Any) -
 @pytest.fixture(scope="session")
 def options_for(image: str, kubeconfig: str, namespace: str) -> Callable[..., dict[str, Any]]:
     """`k8s_options` bound to this session, for fixtures with a wider scope."""
-    return lambda **overrides: k8s_options(image, kubeconfig, namespace, **overrides)
+    base = {"image": image, "kubeconfig": kubeconfig, "namespace": namespace}
+    return lambda **overrides: k8s_options(**{**base, **overrides})
 
 
 @pytest.fixture
