@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -365,3 +369,21 @@ def test_descriptions_teach_the_workflow_and_state_the_configured_bounds(
     # The bound is described, not enforced by the schema: larger requests are clamped.
     assert "maximum" not in max_results
     assert input_schema(SPECS[0], tools.limits) == definitions["glob"]["parameters"]
+
+
+def test_the_core_and_the_cli_import_no_agent_framework() -> None:
+    """`import sandkit` stays light: MCP, LangChain and deepagents load only on use."""
+    frameworks = {"mcp", "uvicorn", "langchain_core", "langgraph", "deepagents"}
+    code = (
+        "import sys, sandkit, sandkit.tools, sandkit.cli; "
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+    }
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert frameworks.isdisjoint(loaded), sorted(frameworks & set(loaded))

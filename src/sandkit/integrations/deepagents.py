@@ -1,0 +1,446 @@
+"""A deepagents `SandboxBackendProtocol` over any sandkit `Sandbox`.
+
+    from deepagents import create_deep_agent
+    from sandkit.integrations.deepagents import SandkitBackend
+
+    agent = create_deep_agent(model=..., backend=SandkitBackend(sandbox))
+
+Paths are the sandbox's virtual paths (`/mnt/user-data/workspace/...`);
+tell the agent where its workspace is. Semantics follow the protocol's
+documentation (deepagents 0.7): `read` pages with a 0-based `offset` and
+`limit`, `grep` is a literal, case-sensitive substring search, `glob`
+patterns without `/` match file names at any depth, a leading `/` anchors
+at the search root, and dot-names match only when the pattern names them.
+Results never raise: failures are the `error` field, as `code: message`
+with sandkit's error code in lower case (`not_found: ... does not exist`).
+
+Where sandkit differs from a plain shell backend: the jail (paths outside
+the sandbox's mounts are `access_denied`), the shared ignore set
+(`node_modules`, `.venv`, ... are not searched), execute output is stdout
+followed by stderr (not interleaved), and `delete` is not offered.
+
+Needs the `deepagents` extra: `pip install 'sandkit[deepagents]'`.
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+import re
+from collections.abc import Callable
+from typing import Any
+
+from deepagents.backends.protocol import (
+    EditResult,
+    ExecuteResponse,
+    FileData,
+    FileDownloadResponse,
+    FileInfo,
+    FileUploadResponse,
+    GlobResult,
+    GrepMatch,
+    GrepResult,
+    LsResult,
+    ReadResult,
+    SandboxBackendProtocol,
+    WriteResult,
+)
+
+from ..errors import ErrorCode, SandboxError
+from ..models import ExecuteResult, ListDirResult, ReadFileResult
+from ..models import GlobResult as SkGlobResult
+from ..models import GrepResult as SkGrepResult
+from ..runtime.pathmap import WORKSPACE
+from ..sandbox import Sandbox
+
+__all__ = ["SandkitBackend"]
+
+# Our codes in deepagents' upload/download vocabulary (anything else: "code: message").
+_FILE_ERRORS = {
+    ErrorCode.NOT_FOUND: "file_not_found",
+    ErrorCode.ACCESS_DENIED: "permission_denied",
+    ErrorCode.READ_ONLY: "permission_denied",
+    ErrorCode.IS_A_DIRECTORY: "is_directory",
+    ErrorCode.NOT_A_DIRECTORY: "invalid_path",
+}
+# A pattern names dot entries explicitly when a segment or an alternative starts with ".".
+_EXPLICIT_DOT = re.compile(r"(?:^|[/{,])\.")
+
+
+def _error(exc: SandboxError) -> str:
+    return f"{exc.code.value.lower()}: {exc.message}"
+
+
+def _file_error(exc: SandboxError) -> str:
+    return _FILE_ERRORS.get(exc.code) or _error(exc)
+
+
+class SandkitBackend(SandboxBackendProtocol):
+    """deepagents' file and shell tools on a sandkit sandbox (local, Docker, Kubernetes, E2B)."""
+
+    grep_max_matches = 5000
+    """Hard cap on one `grep` when the caller sets no `max_count` (result marked truncated)."""
+
+    binary_preview_max_bytes = 500 * 1024
+    """Largest binary file `read` returns (base64), as deepagents' own sandboxes do."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+
+    @property
+    def id(self) -> str:
+        return self.sandbox.sandbox_id
+
+    # -- ls ----------------------------------------------------------------------------
+
+    def ls(self, path: str) -> LsResult:
+        try:
+            return _ls_result(self.sandbox.list_dir(path, max_depth=1))
+        except SandboxError as exc:
+            return LsResult(error=_error(exc))
+
+    async def als(self, path: str) -> LsResult:
+        try:
+            return _ls_result(await self.sandbox.alist_dir(path, max_depth=1))
+        except SandboxError as exc:
+            return LsResult(error=_error(exc))
+
+    # -- read ----------------------------------------------------------------------------
+
+    def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        offset, limit = max(int(offset), 0), max(int(limit), 0)
+        try:
+            window = self.sandbox.read_file(file_path, offset + 1, offset + max(limit, 1))
+        except SandboxError as exc:
+            if exc.code is not ErrorCode.INVALID_ARGUMENT:
+                return ReadResult(error=_error(exc))
+            # Binary, or offset past the end: a one-line probe tells which.
+            try:
+                probe = self.sandbox.read_file(file_path, 1, 1)
+            except SandboxError as probe_exc:
+                if probe_exc.code is not ErrorCode.INVALID_ARGUMENT:
+                    return ReadResult(error=_error(probe_exc))
+                return self._binary(file_path, lambda: self.sandbox.read_bytes(file_path))
+            return _past_end(probe, offset)
+        return _read_result(window, limit)
+
+    async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        offset, limit = max(int(offset), 0), max(int(limit), 0)
+        try:
+            window = await self.sandbox.aread_file(file_path, offset + 1, offset + max(limit, 1))
+        except SandboxError as exc:
+            if exc.code is not ErrorCode.INVALID_ARGUMENT:
+                return ReadResult(error=_error(exc))
+            try:
+                probe = await self.sandbox.aread_file(file_path, 1, 1)
+            except SandboxError as probe_exc:
+                if probe_exc.code is not ErrorCode.INVALID_ARGUMENT:
+                    return ReadResult(error=_error(probe_exc))
+                try:
+                    data = await self.sandbox.aread_bytes(file_path)
+                except SandboxError as bytes_exc:
+                    return ReadResult(error=_error(bytes_exc))
+                return self._binary(file_path, lambda: data)
+            return _past_end(probe, offset)
+        return _read_result(window, limit)
+
+    def _binary(self, file_path: str, fetch: Callable[[], bytes]) -> ReadResult:
+        try:
+            data = fetch()
+        except SandboxError as exc:
+            return ReadResult(error=_error(exc))
+        if len(data) > self.binary_preview_max_bytes:
+            return ReadResult(
+                error=f"too_large: binary file {file_path} is {len(data)} bytes; "
+                f"at most {self.binary_preview_max_bytes} are returned"
+            )
+        content = base64.b64encode(data).decode("ascii")
+        return ReadResult(file_data=FileData(content=content, encoding="base64"))
+
+    # -- write / edit --------------------------------------------------------------------
+
+    def write(self, file_path: str, content: str) -> WriteResult:
+        try:
+            return WriteResult(path=self.sandbox.write_file(file_path, content).path)
+        except SandboxError as exc:
+            return WriteResult(error=_error(exc))
+
+    async def awrite(self, file_path: str, content: str) -> WriteResult:
+        try:
+            return WriteResult(path=(await self.sandbox.awrite_file(file_path, content)).path)
+        except SandboxError as exc:
+            return WriteResult(error=_error(exc))
+
+    def edit(
+        self,
+        file_path: str,
+        old_string: str,
+        new_string: str,
+        replace_all: bool = False,
+    ) -> EditResult:
+        try:
+            result = self.sandbox.edit_file(file_path, old_string, new_string, replace_all)
+        except SandboxError as exc:
+            return EditResult(error=_error(exc))
+        return EditResult(path=result.path, occurrences=result.replacements)
+
+    async def aedit(
+        self,
+        file_path: str,
+        old_string: str,
+        new_string: str,
+        replace_all: bool = False,
+    ) -> EditResult:
+        try:
+            result = await self.sandbox.aedit_file(file_path, old_string, new_string, replace_all)
+        except SandboxError as exc:
+            return EditResult(error=_error(exc))
+        return EditResult(path=result.path, occurrences=result.replacements)
+
+    # -- grep ----------------------------------------------------------------------------
+
+    def grep(
+        self,
+        pattern: str,
+        path: str | None = None,
+        glob: str | None = None,
+        *,
+        max_count: int | None = None,
+    ) -> GrepResult:
+        collected = _GrepPages(max_count, self.grep_max_matches)
+        try:
+            while collected.wants_more():
+                collected.add(self.sandbox.grep(pattern, **collected.request(path, glob)))
+        except SandboxError as exc:
+            return GrepResult(error=_error(exc))
+        return collected.result()
+
+    async def agrep(
+        self,
+        pattern: str,
+        path: str | None = None,
+        glob: str | None = None,
+        *,
+        max_count: int | None = None,
+    ) -> GrepResult:
+        collected = _GrepPages(max_count, self.grep_max_matches)
+        try:
+            while collected.wants_more():
+                collected.add(await self.sandbox.agrep(pattern, **collected.request(path, glob)))
+        except SandboxError as exc:
+            return GrepResult(error=_error(exc))
+        return collected.result()
+
+    # -- glob ----------------------------------------------------------------------------
+
+    def glob(self, pattern: str, path: str | None = None) -> GlobResult:
+        query = _GlobQuery(pattern, path)
+        try:
+            return query.result(self.sandbox.glob(query.pattern, query.root, max_results=1000))
+        except SandboxError as exc:
+            return GlobResult(error=_error(exc))
+
+    async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
+        query = _GlobQuery(pattern, path)
+        try:
+            found = await self.sandbox.aglob(query.pattern, query.root, max_results=1000)
+        except SandboxError as exc:
+            return GlobResult(error=_error(exc))
+        return query.result(found)
+
+    # -- execute -------------------------------------------------------------------------
+
+    def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+        try:
+            return _execute_response(self.sandbox.execute(command, timeout=_timeout(timeout)))
+        except SandboxError as exc:
+            return ExecuteResponse(output=f"Error [{exc.code.value}]: {exc.message}")
+
+    async def aexecute(
+        self,
+        command: str,
+        *,
+        timeout: int | None = None,
+    ) -> ExecuteResponse:
+        try:
+            result = await self.sandbox.aexecute(command, timeout=_timeout(timeout))
+        except SandboxError as exc:
+            return ExecuteResponse(output=f"Error [{exc.code.value}]: {exc.message}")
+        return _execute_response(result)
+
+    # -- upload / download ---------------------------------------------------------------
+
+    def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        responses = []
+        for path, data in files:
+            try:
+                self.sandbox.write_bytes(path, data)
+                responses.append(FileUploadResponse(path=path))
+            except SandboxError as exc:
+                responses.append(FileUploadResponse(path=path, error=_file_error(exc)))
+        return responses
+
+    async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        responses = []
+        for path, data in files:
+            try:
+                await self.sandbox.awrite_bytes(path, data)
+                responses.append(FileUploadResponse(path=path))
+            except SandboxError as exc:
+                responses.append(FileUploadResponse(path=path, error=_file_error(exc)))
+        return responses
+
+    def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        responses = []
+        for path in paths:
+            try:
+                data = self.sandbox.read_bytes(path)
+            except SandboxError as exc:
+                responses.append(FileDownloadResponse(path=path, error=_file_error(exc)))
+                continue
+            responses.append(FileDownloadResponse(path=path, content=data))
+        return responses
+
+    async def adownload_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        responses = []
+        for path in paths:
+            try:
+                data = await self.sandbox.aread_bytes(path)
+            except SandboxError as exc:
+                responses.append(FileDownloadResponse(path=path, error=_file_error(exc)))
+                continue
+            responses.append(FileDownloadResponse(path=path, content=data))
+        return responses
+
+
+# -- result conversion (pure) ----------------------------------------------------------
+
+
+def _ls_result(listing: ListDirResult) -> LsResult:
+    entries: list[FileInfo] = []
+    for entry in listing.entries:
+        info: FileInfo = {"path": entry.path, "is_dir": entry.kind == "dir"}
+        if entry.size is not None:
+            info["size"] = entry.size
+        entries.append(info)
+    return LsResult(entries=entries)
+
+
+def _read_result(window: ReadFileResult, limit: int) -> ReadResult:
+    if window.total_lines == 0:
+        # An empty file: the middleware shows its "file is empty" reminder.
+        return ReadResult(file_data=FileData(content="", encoding="utf-8"))
+    if limit == 0:
+        return ReadResult(file_data=FileData(content="", encoding="utf-8"), no_lines_requested=True)
+    lines = window.content.split("\n")
+    if window.content.endswith("\n"):
+        lines.pop()
+    served = window.end_line - window.start_line + 1
+    body = [line.removesuffix("\r") for line in lines[:served]]
+    marker = " ".join(line for line in lines[served:] if line)
+    if marker:  # the runtime's note on a line cut at the byte cap stays on that line
+        body[-1] += " " + marker
+    return ReadResult(
+        file_data=FileData(content="\n".join(body), encoding="utf-8"),
+        total_lines=window.total_lines,
+        start_line=window.start_line,
+        end_line=window.end_line,
+        next_offset=window.end_line if window.next_start_line is not None else None,
+    )
+
+
+def _past_end(probe: ReadFileResult, offset: int) -> ReadResult:
+    if probe.total_lines == 0:
+        return ReadResult(file_data=FileData(content="", encoding="utf-8"))
+    return ReadResult(
+        error=f"invalid_argument: line offset {offset} exceeds file length "
+        f"({probe.total_lines} lines)"
+    )
+
+
+class _GrepPages:
+    """Pages of a literal search, collected up to `max_count` (or the hard cap)."""
+
+    def __init__(self, max_count: int | None, hard_cap: int) -> None:
+        self.cap = hard_cap if max_count is None else max(int(max_count), 0)
+        self.capped_by_caller = max_count is not None
+        self.matches: list[GrepMatch] = []
+        self.more = True
+
+    def wants_more(self) -> bool:
+        return self.more and len(self.matches) < self.cap
+
+    def request(self, path: str | None, glob: str | None) -> dict[str, Any]:
+        return {
+            "path": path or WORKSPACE,
+            "glob": glob or None,
+            "literal": True,
+            "case_sensitive": True,
+            "max_results": min(self.cap - len(self.matches), 500),
+            "offset": len(self.matches),
+        }
+
+    def add(self, page: SkGrepResult) -> None:
+        self.matches += [
+            GrepMatch(path=m.path, line=m.line_number, text=m.text) for m in page.matches
+        ]
+        self.more = page.truncated and bool(page.matches)
+
+    def result(self) -> GrepResult:
+        truncated = self.more and len(self.matches) >= self.cap
+        if self.cap == 0 and self.capped_by_caller:
+            truncated = False  # nothing was asked for; nothing is known to be missing
+        return GrepResult(matches=self.matches[: self.cap], truncated=truncated)
+
+
+class _GlobQuery:
+    """deepagents' glob rules translated to sandkit's glob plus a dot-name filter."""
+
+    def __init__(self, pattern: str, path: str | None) -> None:
+        self.root = path or WORKSPACE
+        self.explicit_dots = bool(_EXPLICIT_DOT.search(pattern))
+        if pattern.startswith("/"):  # anchored at the search root
+            self.pattern = pattern.lstrip("/")
+            self.by_name = False
+        elif "/" not in pattern:  # a file name at any depth
+            self.pattern = "**/" + pattern
+            self.by_name = True
+        else:
+            self.pattern = pattern
+            self.by_name = False
+
+    def visible(self, path: str) -> bool:
+        if self.explicit_dots:
+            return True
+        relative = posixpath.relpath(path, self.root)
+        if self.by_name:
+            return not posixpath.basename(relative).startswith(".")
+        return not any(part.startswith(".") for part in relative.split("/"))
+
+    def result(self, found: SkGlobResult) -> GlobResult:
+        matches: list[FileInfo] = [
+            {"path": p, "is_dir": False} for p in found.paths if self.visible(p)
+        ]
+        return GlobResult(
+            matches=matches,
+            truncated=found.truncated,
+            truncation_reason="budget" if found.truncated else None,
+        )
+
+
+def _timeout(timeout: int | None) -> float | None:
+    # 0 asks for "no timeout" where a backend supports it; sandkit always bounds a
+    # command, so 0 (like None) means the configured default.
+    return float(timeout) if timeout else None
+
+
+def _execute_response(result: ExecuteResult) -> ExecuteResponse:
+    output = result.stdout
+    if result.stderr:
+        if output and not output.endswith("\n"):
+            output += "\n"
+        output += result.stderr
+    if result.timed_out:
+        output += "\n" if output and not output.endswith("\n") else ""
+        output += f"[timed out after {result.duration_ms / 1000:.1f} s; the command was killed]"
+    return ExecuteResponse(output=output, exit_code=result.exit_code, truncated=result.truncated)

@@ -1,0 +1,125 @@
+"""The sandkit tools as LangChain `BaseTool`s, one set serving many threads.
+
+The sandbox of each call comes from the LangGraph run config:
+`config["configurable"]["thread_id"]` (LangGraph's own thread id) and
+`config["configurable"]["user_id"]`, falling back to the ids given to
+`sandkit_tools`. The model reads the rendered text; the structured result
+is the `ToolMessage` artifact. Failures are `ToolMessage`s with
+`status="error"` and the text `Error [CODE]: message`.
+
+Needs the `langchain` extra: `pip install 'sandkit[langchain]'`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, ToolException
+from pydantic import ConfigDict
+
+from ..config import LimitsSettings
+from ..errors import ErrorCode, SandboxError
+from ..provider import SandboxKey, SandboxProvider
+from ..sandbox import Sandbox
+from ..tools.dispatch import ToolOutput, arun_tool, failure, run_tool
+from ..tools.specs import SPECS, ToolSpec, description, input_schema
+
+__all__ = ["SandkitTool", "key_from_config", "sandkit_tools"]
+
+
+def key_from_config(
+    config: RunnableConfig | None, user_id: str | None, thread_id: str | None
+) -> SandboxKey:
+    """The sandbox key of a run: configurable ids first, then the fallbacks."""
+    configurable = (config or {}).get("configurable") or {}
+    user = configurable.get("user_id") or user_id
+    thread = configurable.get("thread_id") or thread_id
+    if user is None or thread is None:
+        missing = "thread_id" if thread is None else "user_id"
+        raise SandboxError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"no {missing} for the sandbox: run with config={{'configurable': "
+            f"{{'{missing}': ...}}}} or pass {missing}= to sandkit_tools()",
+        )
+    return SandboxKey(str(user), str(thread))
+
+
+class SandkitTool(BaseTool):
+    """One sandkit tool; the sandbox is looked up per call from the run config."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    provider: SandboxProvider
+    limits: LimitsSettings
+    user_id: str | None = None
+    thread_id: str | None = None
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
+    handle_tool_error: bool = True
+
+    def _sandbox(self, config: RunnableConfig) -> Sandbox:
+        return self.provider.acquire(key_from_config(config, self.user_id, self.thread_id))
+
+    @staticmethod
+    def _answer(output: ToolOutput) -> tuple[str, dict[str, Any]]:
+        if output.is_error:
+            raise ToolException(output.text)  # LangChain turns it into status="error"
+        return output.text, output.structured
+
+    def _run(self, config: RunnableConfig, **arguments: Any) -> tuple[str, dict[str, Any]]:
+        try:
+            sandbox = self._sandbox(config)
+        except Exception as exc:
+            return self._answer(failure(exc, self.name))
+        return self._answer(run_tool(sandbox, self.name, arguments, self.limits))
+
+    async def _arun(self, config: RunnableConfig, **arguments: Any) -> tuple[str, dict[str, Any]]:
+        try:
+            # acquire may start a container or a pod: keep it off the event loop.
+            sandbox = await asyncio.to_thread(self._sandbox, config)
+        except Exception as exc:
+            return self._answer(failure(exc, self.name))
+        return self._answer(await arun_tool(sandbox, self.name, arguments, self.limits))
+
+
+def _tool(
+    spec: ToolSpec,
+    provider: SandboxProvider,
+    limits: LimitsSettings,
+    user_id: str | None,
+    thread_id: str | None,
+) -> SandkitTool:
+    return SandkitTool(
+        name=spec.name,
+        description=description(spec, limits),
+        args_schema=input_schema(spec, limits),
+        provider=provider,
+        limits=limits,
+        user_id=user_id,
+        thread_id=thread_id,
+    )
+
+
+def sandkit_tools(
+    provider: SandboxProvider,
+    *,
+    user_id: str | None = "default",
+    thread_id: str | None = None,
+    limits: LimitsSettings | None = None,
+    include: tuple[str, ...] | None = None,
+) -> list[BaseTool]:
+    """LangChain tools over `provider`: glob, grep, read_file, edit_file, write_file, ls, bash.
+
+    `user_id`/`thread_id` are fallbacks for runs whose config does not name
+    them; leave `thread_id` None to require LangGraph's thread id. `limits`
+    defaults to the provider's configured limits; `include` picks a subset.
+    """
+    if limits is None:
+        settings = getattr(provider, "settings", None)
+        limits = getattr(settings, "limits", None) or LimitsSettings.model_validate({})
+    return [
+        _tool(spec, provider, limits, user_id, thread_id)
+        for spec in SPECS
+        if include is None or spec.name in include
+    ]
