@@ -762,8 +762,11 @@ class KubernetesProvider(SandboxProvider):
                     f"the pod of sandbox {box.key.sandbox_id} is gone or not running; "
                     "acquire it again",
                 ) from None
+            hint = ""
+            if exc.status in (401, 403):
+                hint = " (check the credentials and the RBAC Role: pods/exec needs create and get)"
             raise SandboxError(
-                ErrorCode.UNAVAILABLE, f"starting the agent in pod {name}: {exc}"[:2000]
+                ErrorCode.UNAVAILABLE, f"starting the agent in pod {name}: {exc}{hint}"[:2000]
             ) from None
         except SandboxError:
             raise

@@ -70,8 +70,19 @@ def open_exec(
         text = str(exc.reason or exc)
         found = _HANDSHAKE_RE.search(text)
         status = int(found.group(1)) if found else (exc.status or None)
-        raise ExecOpenError(text, status) from None
+        raise ExecOpenError(_status_message(text), status) from None
     return KubeExecStream(ws)
+
+
+def _status_message(text: str) -> str:
+    """The `message` of a Status object inside a failed handshake's text, else the text."""
+    start = text.find('{"kind":"Status"')
+    if start >= 0:
+        with contextlib.suppress(ValueError):
+            status, _ = json.JSONDecoder().raw_decode(text[start:])
+            if isinstance(status, dict) and status.get("message"):
+                return str(status["message"])
+    return text[:1000]
 
 
 class KubeExecStream(ByteStream):
