@@ -63,6 +63,8 @@ def _remove_leftover_containers() -> Iterator[None]:
                 container.remove(force=True, v=True)
         with contextlib.suppress(Exception):
             client.volumes.prune(filters={"label": f"{SESSION_LABEL}={SESSION}"})
+        with contextlib.suppress(Exception):  # internal networks of carrier http
+            client.networks.prune(filters={"label": f"{SESSION_LABEL}={SESSION}"})
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import ast
+import io
 import socket
 import struct
+import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sandkit_docker.http_agent import LAUNCH, agent_files, make_token
 from sandkit_docker.options import DockerOptions
 from sandkit_docker.spec import create_kwargs
 from sandkit_docker.stream import DockerExecStream
@@ -128,6 +132,10 @@ def test_defaults_are_hardened() -> None:
         {"no_such_option": 1},
         {"pull": "sometimes"},
         {"command": []},
+        {"carrier": "grpc"},
+        {"carrier": "http", "network_mode": "host"},
+        {"carrier": "http", "network_mode": "container:abc"},
+        {"carrier": "http", "http_port": 80},
     ],
     ids=repr,
 )
@@ -169,3 +177,45 @@ def test_spec_hash_changes_with_the_settings(tmp_path: Path) -> None:
     c = create_kwargs(DockerOptions(), layout, "d2")["labels"]["sandkit.spec"]
     assert a != b
     assert a == c, "a new agent is copied in, not a reason to recreate the container"
+
+
+# -- carrier http ------------------------------------------------------------------------
+
+
+def test_carrier_http_gets_an_internal_network_instead_of_none(tmp_path: Path) -> None:
+    layout = ThreadLayout.for_key(Settings(data_root=tmp_path), SandboxKey("u", "t"))
+    assert DockerOptions().carrier == "stdio"
+    assert create_kwargs(DockerOptions(), layout, "d")["network_mode"] == "none"
+    http = DockerOptions(owner="prod", carrier="http")
+    assert create_kwargs(http, layout, "d")["network_mode"] == "prod-internal"
+    bridged = DockerOptions(carrier="http", network_mode="bridge")
+    assert create_kwargs(bridged, layout, "d")["network_mode"] == "bridge"
+
+
+def test_agent_files_are_private_to_the_box_user_in_an_unlistable_dir() -> None:
+    files = agent_files({"k": "v"}, "t" * 40, 1000, 1001)
+    with tarfile.open(fileobj=io.BytesIO(files.archive)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        run = members.pop("run")
+        assert run.isdir() and (run.mode, run.uid) == (0o1733, 0)
+        assert {f"/opt/sandkit/{name}" for name in members} == {
+            files.config_path,
+            files.token_path,
+        }
+        for member in members.values():
+            assert (member.mode, member.uid, member.gid) == (0o400, 1000, 1001)
+        token = tar.extractfile(members[files.token_path.removeprefix("/opt/sandkit/")])
+        assert token is not None and token.read() == b"t" * 40
+    # Names are random, so a command in the box cannot guess the next ones.
+    assert agent_files({}, "t" * 40, 1000, 1000).token_path != files.token_path
+
+
+def test_tokens_are_random_or_derived_per_container() -> None:
+    assert make_token("c1", None) != make_token("c1", None)
+    assert len(make_token("c1", None)) >= 32
+    assert make_token("c1", "s") == make_token("c1", "s") != make_token("c2", "s")
+    assert make_token("c1", "s") != make_token("c1", "other")
+
+
+def test_the_launcher_runs_on_python_3_9() -> None:
+    ast.parse(LAUNCH, feature_version=(3, 9))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
@@ -45,6 +45,20 @@ class DockerOptions(BaseModel):
     )
     network_mode: str = Field(
         "none", description="Docker network mode: none (default), bridge, host or a network name."
+    )
+    carrier: Literal["stdio", "http"] = Field(
+        "stdio",
+        description="How the provider talks to the agent. stdio: one exec socket through the "
+        "engine (no network needed). http: the agent listens on the container's IP with a "
+        "per-agent bearer token; with network_mode none the box joins `<owner>-internal`, an "
+        "internal network without egress.",
+    )
+    http_port: int = Field(8765, ge=1024, le=65535, description="Agent port (carrier http).")
+    token_secret: SecretStr | None = Field(
+        None,
+        description="carrier http: derive each container's bearer token from this secret, so "
+        "provider instances sharing it reuse a running agent; None: a random token per agent "
+        "start (a restarted provider restarts the agent).",
     )
     mem_limit: str | int = Field("1g", description="Memory limit (swap disabled).")
     cpus: float = Field(1.0, ge=0, description="CPU quota in cores; 0 means unlimited.")
@@ -102,7 +116,26 @@ class DockerOptions(BaseModel):
             raise ValueError("user runs as root; set allow_root: true if you really mean it")
         if not self.command:
             raise ValueError("command must not be empty")
+        if self.carrier == "http" and (
+            self.network_mode == "host" or self.network_mode.startswith("container:")
+        ):
+            raise ValueError(
+                f"carrier http needs a network of the box's own; network_mode "
+                f"{self.network_mode!r} would expose the agent's port outside it"
+            )
         return self
+
+    @property
+    def container_network(self) -> str:
+        """The network mode the container gets: the agent over HTTP needs an interface."""
+        if self.carrier == "http" and self.network_mode == "none":
+            return self.internal_network
+        return self.network_mode
+
+    @property
+    def internal_network(self) -> str:
+        """The owner's network without egress, for carrier http with network_mode none."""
+        return f"{self.owner}-internal"
 
     @property
     def uid(self) -> int:

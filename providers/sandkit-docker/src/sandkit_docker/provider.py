@@ -1,7 +1,9 @@
 """`DockerProvider`: one hardened container per `SandboxKey`, the agent inside.
 
 The container's main process only keeps it alive; every operation goes to
-one long-lived `agent.pyz --stdio` per sandbox over a Docker exec socket.
+one long-lived agent per sandbox: `agent.pyz --stdio` over a Docker exec
+socket (carrier stdio, the default) or `agent.pyz --http` reached at the
+container's IP with a bearer token (carrier http, see `http_agent`).
 Containers are found again by name (`<owner>-<sandbox_id>`) and labels, so
 a restarted provider adopts its boxes instead of creating duplicates.
 """
@@ -22,6 +24,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from sandkit.agent.protocol import max_frame_bytes
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.paths import USER_DATA_DIRS, WORKSPACE, Mount, PathMapping, ThreadLayout
@@ -30,9 +33,13 @@ from sandkit.remote import RemoteSandbox
 from sandkit.remote import agent_config as make_agent_config
 from sandkit.runtime.pathmap import overlaps
 from sandkit.streams import ByteStream
+from sandkit.transports.base import Transport
+from sandkit.transports.http import HttpTransport
 from sandkit.transports.stdio import StdioTransport
 
+from . import http_agent
 from .errors import engine_error
+from .http_agent import AgentSlot, SlotTransport
 from .options import DockerOptions
 from .payload import AGENT_DIR, AGENT_PATH, RG_PATH, Payload, build_payload
 from .spec import (
@@ -50,12 +57,14 @@ log = logging.getLogger("sandkit.docker")
 
 # How long to wait for a container another process created to be started by it.
 FOREIGN_START_WAIT_S = 10.0
+# carrier http: how long a ping may take before the agent counts as gone.
+HTTP_PROBE_TIMEOUT_S = 3.0
 
 
 class DockerSandbox(RemoteSandbox):
     """A `RemoteSandbox` that knows its key and whether a call is running (for reaping)."""
 
-    def __init__(self, key: SandboxKey, transport: StdioTransport, **kwargs: Any) -> None:
+    def __init__(self, key: SandboxKey, transport: Transport, **kwargs: Any) -> None:
         super().__init__(transport, key.sandbox_id, **kwargs)
         self.key = key
         self._inflight = 0
@@ -94,13 +103,19 @@ class _Box:
     container_id: str | None = None
     sandbox: DockerSandbox | None = None
     stream: DockerExecStream | None = None
+    # carrier http: the agent the sandbox's calls go to.
+    agent: AgentSlot = dataclasses.field(default_factory=AgentSlot)
     # Set when the engine said the container is gone or stopped: acquire re-checks.
     dead: bool = False
 
-    def looks_alive(self) -> bool:
+    def looks_alive(self, carrier: str) -> bool:
         """Cheap check: a live agent channel implies a running container."""
+        if self.dead:
+            return False
+        if carrier == "http":
+            return self.agent.transport is not None and not self.agent.down
         stream = self.stream
-        return not self.dead and stream is not None and not stream.at_eof
+        return stream is not None and not stream.at_eof
 
 
 class DockerProvider(SandboxProvider):
@@ -114,6 +129,7 @@ class DockerProvider(SandboxProvider):
         self._lock = threading.Lock()
         self._boxes: dict[SandboxKey, _Box] = {}
         self._image_lock = threading.Lock()
+        self._network_lock = threading.Lock()
         self._pulled = False
         self._reaper: threading.Thread | None = None
         self._reaper_stop = threading.Event()
@@ -150,11 +166,18 @@ class DockerProvider(SandboxProvider):
                 if self._boxes.get(key) is not box:
                     continue  # released and forgotten while we waited; start over
                 sandbox = box.sandbox
-                if sandbox is not None and not sandbox.closed and box.looks_alive():
+                if (
+                    sandbox is not None
+                    and not sandbox.closed
+                    and box.looks_alive(self.options.carrier)
+                    and self._answers(sandbox)
+                ):
                     sandbox.last_used = time.monotonic()
                     return sandbox
                 try:
                     self._ensure_running(box)
+                    if self.options.carrier == "http":
+                        self._ensure_http_agent(box)
                 except BaseException:
                     if box.sandbox is None:
                         self._forget(box)
@@ -172,7 +195,7 @@ class DockerProvider(SandboxProvider):
         box = self._box(key)
         with box.lock:
             sandbox = box.sandbox
-            if sandbox is not None and not sandbox.closed and box.looks_alive():
+            if sandbox is not None and not sandbox.closed and box.looks_alive(self.options.carrier):
                 return sandbox
             attrs = self._inspect(key)
             if attrs is None or not _running(attrs) or not self._adoptable(attrs, key):
@@ -181,6 +204,15 @@ class DockerProvider(SandboxProvider):
                 return None
             box.container_id = attrs["Id"]
             box.dead = False
+            if self.options.carrier == "http":
+                # Not a container start: the agent of a box adopted from an earlier
+                # provider instance answers to a token we do not know.
+                try:
+                    self._ensure_http_agent(box)
+                except BaseException:
+                    if sandbox is None:
+                        self._forget(box)
+                    raise
             if sandbox is None or sandbox.closed:
                 sandbox = self._new_sandbox(box)
                 box.sandbox = sandbox
@@ -218,6 +250,12 @@ class DockerProvider(SandboxProvider):
             client.volumes.prune(filters=owner_filter(self.options))
         except docker.errors.APIError as exc:
             log.warning("shutdown: pruning agent volumes: %s", exc)
+        if self.options.shutdown == "remove":
+            # The owner's internal network (carrier http), now without containers.
+            try:
+                client.networks.prune(filters=owner_filter(self.options))
+            except docker.errors.APIError as exc:
+                log.warning("shutdown: pruning networks: %s", exc)
 
     def _shut_one(self, container: Any) -> None:
         try:
@@ -273,6 +311,7 @@ class DockerProvider(SandboxProvider):
         sandbox, box.sandbox, box.stream = box.sandbox, None, None
         if sandbox is not None:
             sandbox.close()
+        box.agent.replace(None)
 
     def _stop_box(self, box: _Box, remove: bool) -> None:
         """Close the sandbox, then stop or remove the container (by name: ours or adopted)."""
@@ -331,6 +370,8 @@ class DockerProvider(SandboxProvider):
         mask = layout.host_mapping().mask
         try:
             attrs = self._inspect(key)
+            if attrs is None or not _running(attrs):
+                self._ensure_network()
             if attrs is not None and not self._adoptable(attrs, key, kwargs):
                 log.info("recreating %s: created with other settings", kwargs["name"])
                 self._remove_quietly(attrs["Id"])
@@ -418,6 +459,36 @@ class DockerProvider(SandboxProvider):
         while self._inspect_name(container_id) is not None and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    def _ensure_network(self) -> None:
+        """Create the owner's internal network (carrier http, network_mode none) if missing.
+
+        Internal: no route out of the host. Inter-container traffic off: boxes
+        on it cannot reach each other, only the host reaches them.
+        """
+        name = self.options.internal_network
+        if self.options.container_network != name:
+            return
+        networks = self.client.networks
+        with self._network_lock:
+            found = sorted(
+                (n for n in networks.list(names=[name]) if n.name == name),
+                key=lambda n: (n.attrs.get("Created", ""), n.id),
+            )
+            for extra in found[1:]:  # a create race between processes: keep the oldest
+                with contextlib.suppress(docker.errors.APIError):
+                    extra.remove()
+            if found:
+                return
+            log.info("creating network %s (internal, no inter-container traffic)", name)
+            networks.create(
+                name,
+                driver="bridge",
+                internal=True,
+                check_duplicate=True,
+                options={"com.docker.network.bridge.enable_icc": "false"},
+                labels={**self.options.labels, LABEL_OWNER: self.options.owner},
+            )
+
     def _put_payload(self, container_id: str, payload: Payload) -> None:
         if not self.client.api.put_archive(container_id, AGENT_DIR, payload.archive):
             raise SandboxError(ErrorCode.UNAVAILABLE, "could not copy the agent into the container")
@@ -501,21 +572,116 @@ class DockerProvider(SandboxProvider):
 
     # -- agent channel ------------------------------------------------------------------
 
-    def _new_sandbox(self, box: _Box) -> DockerSandbox:
-        layout = ThreadLayout.for_key(self.settings, box.key)
-        limits = self.settings.limits.to_limits()
-        config = make_agent_config(
-            agent_mapping(layout),
-            limits,
+    def _agent_config(self, key: SandboxKey) -> dict[str, Any]:
+        return make_agent_config(
+            agent_mapping(ThreadLayout.for_key(self.settings, key)),
+            self.settings.limits.to_limits(),
             execute_enabled=self.options.execute_enabled,
             secrets=self.settings.secret_values(),
             scrubbed_env=tuple(self.settings.scrubbed_env),
             rg_path=RG_PATH if self._payload().has_rg else None,
         )
-        transport = StdioTransport(
-            lambda: self._open_stream(box), config, name=f"sandkit-docker-{box.key.sandbox_id}"
-        )
+
+    def _new_sandbox(self, box: _Box) -> DockerSandbox:
+        limits = self.settings.limits.to_limits()
+        transport: Transport
+        if self.options.carrier == "http":
+            transport = SlotTransport(box.agent, box.key.sandbox_id)
+        else:
+            transport = StdioTransport(
+                lambda: self._open_stream(box),
+                self._agent_config(box.key),
+                name=f"sandkit-docker-{box.key.sandbox_id}",
+            )
         return DockerSandbox(box.key, transport, limits=limits)
+
+    def _answers(self, sandbox: DockerSandbox) -> bool:
+        """carrier http: nothing tells us the agent or its container died, so ask it."""
+        if self.options.carrier != "http":
+            return True  # the exec stream's EOF already says so
+        try:
+            sandbox.ping(timeout=HTTP_PROBE_TIMEOUT_S)
+        except SandboxError:
+            return False
+        return True
+
+    def _ensure_http_agent(self, box: _Box) -> None:
+        """An HTTP agent in the running container that answers to a token we hold.
+
+        Reuse the current one, adopt one whose token we can derive
+        (`token_secret`), or start a new one with a fresh token; starting
+        stops any earlier agent of the box (its token died with its provider).
+        """
+        attrs = self._inspect(box.key)  # fresh: a (re)started container has a new IP
+        if attrs is None or not _running(attrs):
+            box.dead = True
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE,
+                f"the container of sandbox {box.key.sandbox_id} is not running; acquire it again",
+            )
+        container_id = attrs["Id"]
+        url = f"http://{_container_ip(attrs, self.options.container_network)}:" + str(
+            self.options.http_port
+        )
+        slot = box.agent
+        frame = max_frame_bytes(self.settings.limits.to_limits())
+        secret = self.options.token_secret
+        candidates = []
+        if slot.transport is not None and slot.transport.base_url == url:
+            candidates.append(slot.transport)
+        if secret is not None:
+            token = http_agent.make_token(container_id, secret.get_secret_value())
+            candidates.append(HttpTransport(url, token, max_frame_bytes=frame))
+        for candidate in candidates:
+            try:
+                candidate.call("ping", {}, HTTP_PROBE_TIMEOUT_S)
+            except SandboxError:
+                if candidate is not slot.transport:
+                    candidate.close()
+                continue
+            slot.replace(candidate)
+            return
+        token = http_agent.make_token(
+            container_id, secret.get_secret_value() if secret is not None else None
+        )
+        files = http_agent.agent_files(
+            self._agent_config(box.key), token, self.options.uid, self.options.gid
+        )
+        argv = http_agent.launch_argv(self.options.python, self.options.http_port, files)
+        api = self.client.api
+        try:
+            if not api.put_archive(container_id, AGENT_DIR, files.archive):
+                raise SandboxError(ErrorCode.UNAVAILABLE, "could not copy the agent config in")
+            exec_id = api.exec_create(
+                container_id, argv, user=self.options.user, workdir="/", stdout=False, stderr=False
+            )["Id"]
+            api.exec_start(exec_id, detach=True)
+        except SandboxError:
+            raise
+        except docker.errors.NotFound:
+            box.dead = True
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE,
+                f"the container of sandbox {box.key.sandbox_id} is gone; acquire it again",
+            ) from None
+        except Exception as exc:
+            raise engine_error(exc, "starting the HTTP agent") from None
+        transport = HttpTransport(url, token, max_frame_bytes=frame)
+        try:
+            http_agent.wait_ready(transport, lambda: self._exec_exit_code(exec_id))
+        except BaseException:
+            transport.close()
+            raise
+        slot.replace(transport)
+
+    def _exec_exit_code(self, exec_id: str) -> int | None:
+        try:
+            info = self.client.api.exec_inspect(exec_id)
+        except Exception:  # the engine will say more on the next real call
+            return None
+        if info.get("Running") or info.get("ExitCode") is None:
+            return None
+        return int(info["ExitCode"])
 
     def _open_stream(self, box: _Box) -> ByteStream:
         """A fresh `agent.pyz --stdio` in the key's container (the transport's opener)."""
@@ -597,6 +763,20 @@ def agent_mapping(layout: ThreadLayout) -> PathMapping:
         [Mount(m.virtual, m.virtual, m.read_only) for m in layout.mounts],
         WORKSPACE,
         hidden_roots=sorted(hidden),
+    )
+
+
+def _container_ip(attrs: dict[str, Any], network: str) -> str:
+    """The container's address on `network` (a name, or an id: then its only network)."""
+    networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
+    preferred = networks.get(network) or {}
+    addresses = [preferred.get("IPAddress")] + [n.get("IPAddress") for n in networks.values()]
+    for address in addresses:
+        if address:
+            return str(address)
+    raise SandboxError(
+        ErrorCode.UNAVAILABLE,
+        f"the container has no IP address on network {network!r}, which carrier http needs",
     )
 
 

@@ -62,7 +62,7 @@ def create_kwargs(
         "cap_drop": list(options.cap_drop) or None,
         "cap_add": list(options.cap_add) or None,
         "security_opt": list(options.security_opt) or None,
-        "network_mode": options.network_mode,
+        "network_mode": options.container_network,
         "read_only": options.read_only_rootfs,
         "tmpfs": dict(options.tmpfs) or None,
         "mem_limit": options.mem_limit,
