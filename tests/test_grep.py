@@ -230,6 +230,15 @@ def test_invalid_utf8_bytes_never_match(ws: Path, engine: str) -> None:
     assert lines(ctx, "b$") == [("f.txt", 1, "a\ufffdb")]
 
 
+def test_case_insensitive_literal_in_a_non_ascii_file(ws: Path, engine: str) -> None:
+    # Found by the differential test: no byte-level shortcut may skip the real check.
+    write(ws, {"a.txt": b"\xef\xbb\xbf\xff\n\n", "b.txt": "\u0130MPORT \u017fome\n"})
+    ctx = context(ws, engine)
+    for multiline in (False, True):
+        found = grep(ctx, "import s", multiline=multiline, output_mode="files_with_matches")
+        assert found["files"] == [f"{WORKSPACE}/b.txt"]
+
+
 def test_bom_and_binary(ws: Path, engine: str) -> None:
     write(
         ws,

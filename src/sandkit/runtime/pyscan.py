@@ -490,9 +490,9 @@ class Matcher:
                 return
             deadline.check(64)
 
-    def first(self, data: bytes, deadline: Deadline) -> bool:
-        if self.bytes_decide:
-            return True  # `rejects` already found the literal
+    def first(self, data: bytes, found: Optional[Tuple[bytes, bytes]], deadline: Deadline) -> bool:
+        if self.bytes_decide and found is not None:
+            return True  # `rejects` already found the literal in these bytes
         return next(iter(self.hits(Text(data), deadline)), None) is not None
 
     def count(self, data: bytes, found: Optional[Tuple[bytes, bytes]], deadline: Deadline) -> int:
@@ -576,14 +576,14 @@ def search(req: Dict[str, Any], deadline: Optional[Deadline] = None) -> Dict[str
                 )
             continue
         if skip or len(items) == cap:
-            if not matcher.first(data, deadline):
+            if not matcher.first(data, needle, deadline):
                 continue
             if skip:
                 skip -= 1
                 continue
             return {"items": items, "more": True}
         if mode == "files_with_matches":
-            if matcher.first(data, deadline):
+            if matcher.first(data, needle, deadline):
                 items.append(vpath)
         else:
             count = matcher.count(data, needle, deadline)
