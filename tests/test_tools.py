@@ -69,7 +69,7 @@ def test_read_file_cuts_long_lines_with_a_marker(tools: SandboxTools) -> None:
 
 def test_read_file_of_an_empty_file_says_so(tools: SandboxTools) -> None:
     tools.write_file("empty.txt", "")
-    assert tools.read_file("empty.txt") == f"({WS}/empty.txt is empty (0 lines))"
+    assert tools.read_file("empty.txt") == f"{WS}/empty.txt is empty (0 lines)"
 
 
 def test_failures_render_as_error_with_code_and_structured_error(tools: SandboxTools) -> None:

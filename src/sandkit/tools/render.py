@@ -94,7 +94,7 @@ def render_read(result: ReadFileResult) -> str:
     lines = numbered_lines(result, TOOL_LINE_CHARS)
     hint = read_hint(result)
     if hint is not None:
-        lines.append(f"({hint})")
+        lines.append(f"({hint})" if lines else hint)
     return "\n".join(lines)
 
 
