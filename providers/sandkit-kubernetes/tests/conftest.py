@@ -87,9 +87,7 @@ def namespace(core: Any) -> Iterator[str]:
 
 def session_pods(core: Any) -> list[Any]:
     """Every pod of this test session, in any namespace."""
-    return list(
-        core.list_pod_for_all_namespaces(label_selector=f"{SESSION_LABEL}={SESSION}").items
-    )
+    return list(core.list_pod_for_all_namespaces(label_selector=f"{SESSION_LABEL}={SESSION}").items)
 
 
 def k8s_options(image: str, kubeconfig: str, namespace: str, **overrides: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ able to do its whole job with exactly that Role, and nothing more.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import subprocess
 import uuid
@@ -17,10 +18,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import SESSION, SESSION_LABEL
 from k8s_support import ROOT, unavailable
 from sandkit_kubernetes.provider import KubernetesProvider
 
+from conftest import SESSION, SESSION_LABEL
 from sandkit import SandboxKey, Settings
 
 pytestmark = pytest.mark.kubernetes
@@ -28,8 +29,11 @@ pytestmark = pytest.mark.kubernetes
 CHART = ROOT / "deploy" / "kubernetes" / "sandkit"
 INSTALL_HELM = ROOT / "deploy" / "kubernetes" / "install-helm.sh"
 MINIMAL_RULES = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "watch",
-                                                       "delete"]},
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["create", "get", "list", "watch", "delete"],
+    },
     {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
 ]
@@ -53,8 +57,12 @@ def helm() -> str:
 
 
 def run(helm: str, *args: str, kubeconfig: str | None = None) -> str:
-    env = {**os.environ, "HELM_CACHE_HOME": "/tmp/sandkit-helm-cache",
-           "HELM_CONFIG_HOME": "/tmp/sandkit-helm-config", "HELM_DATA_HOME": "/tmp/sandkit-helm-data"}
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": "/tmp/sandkit-helm-cache",
+        "HELM_CONFIG_HOME": "/tmp/sandkit-helm-config",
+        "HELM_DATA_HOME": "/tmp/sandkit-helm-data",
+    }
     if kubeconfig:
         env["KUBECONFIG"] = kubeconfig
     done = subprocess.run([helm, *args], capture_output=True, text=True, env=env, timeout=300)
@@ -90,7 +98,9 @@ def test_template_has_the_objects_and_minimal_rbac(helm: str) -> None:
     assert role["rules"] == MINIMAL_RULES
     binding = objs[("RoleBinding", "sandkit-provider")]
     assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sandkit-provider"
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "sandkit-provider",
     }
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "sandkit-backend", "namespace": "sandkit-system"}
@@ -104,7 +114,10 @@ def test_template_has_the_objects_and_minimal_rbac(helm: str) -> None:
 def test_template_network_policy(helm: str) -> None:
     policy = render(helm)[("NetworkPolicy", "sandkit-sandboxes")]["spec"]
     assert policy["podSelector"] == {
-        "matchLabels": {"app.kubernetes.io/component": "sandkit-sandbox", "sandkit.owner": "sandkit"}
+        "matchLabels": {
+            "app.kubernetes.io/component": "sandkit-sandbox",
+            "sandkit.owner": "sandkit",
+        }
     }
     assert policy["policyTypes"] == ["Ingress", "Egress"]
     (rule,) = policy["ingress"]
@@ -122,9 +135,7 @@ def test_template_network_policy(helm: str) -> None:
     )[("NetworkPolicy", "sandkit-sandboxes")]["spec"]["egress"]
     assert some[0]["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
     assert some[1] == {"to": [{"ipBlock": {"cidr": "10.1.0.0/16"}}]}
-    assert (
-        "NetworkPolicy", "sandkit-sandboxes"
-    ) not in render(helm, "networkPolicy.enabled=false")
+    assert ("NetworkPolicy", "sandkit-sandboxes") not in render(helm, "networkPolicy.enabled=false")
 
 
 def test_template_storage_options(helm: str) -> None:
@@ -151,30 +162,40 @@ def installed(
     os.chown(data, 1000, 1000)
     release = f"sandkit-{SESSION}"
     run(
-        helm, "install", release, str(CHART), "--namespace", release_ns, "--create-namespace",
-        "--set", f"sandboxNamespace.name={sandbox_ns}",
-        "--set", f"sandboxes.owner=t{SESSION}",
-        "--set", "storage.hostPath.enabled=true",
-        "--set", f"storage.hostPath.path={data}",
-        "--set", "storage.size=1Gi",
-        "--wait", "--timeout", "120s",
+        helm,
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        release_ns,
+        "--create-namespace",
+        "--set",
+        f"sandboxNamespace.name={sandbox_ns}",
+        "--set",
+        f"sandboxes.owner=t{SESSION}",
+        "--set",
+        "storage.hostPath.enabled=true",
+        "--set",
+        f"storage.hostPath.path={data}",
+        "--set",
+        "storage.size=1Gi",
+        "--wait",
+        "--timeout",
+        "120s",
         kubeconfig=kubeconfig,
     )
     try:
         yield {"release_ns": release_ns, "sandbox_ns": sandbox_ns, "data": data}
     finally:
-        run(helm, "uninstall", release, "--namespace", release_ns, "--wait",
-            kubeconfig=kubeconfig)
+        run(helm, "uninstall", release, "--namespace", release_ns, "--wait", kubeconfig=kubeconfig)
         # The claim is kept by design (helm.sh/resource-policy: keep); the test removes it.
         for delete in (
             lambda: core.delete_namespace(sandbox_ns),
             lambda: core.delete_namespace(release_ns),
             lambda: core.delete_persistent_volume(f"{sandbox_ns}-sandkit-data"),
         ):
-            try:
+            with contextlib.suppress(Exception):  # already gone
                 delete()
-            except Exception:  # already gone
-                pass
 
 
 def test_installed_objects(installed: dict[str, Any], core: Any) -> None:
@@ -193,7 +214,8 @@ def test_installed_objects(installed: dict[str, Any], core: Any) -> None:
     policy = net.read_namespaced_network_policy("sandkit-sandboxes", ns)
     assert policy.spec.policy_types == ["Ingress", "Egress"]
     assert policy.spec.pod_selector.match_labels == {
-        "app.kubernetes.io/component": "sandkit-sandbox", "sandkit.owner": f"t{SESSION}"
+        "app.kubernetes.io/component": "sandkit-sandbox",
+        "sandkit.owner": f"t{SESSION}",
     }
     assert policy.spec.ingress[0].ports[0].port == 8765
     assert policy.spec.egress is None or policy.spec.egress == []
@@ -225,10 +247,18 @@ def sa_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "current-context": "sa",
-        "clusters": [{"name": "c", "cluster": {"server": cluster["server"],
-                                              "certificate-authority-data": ca}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa",
-                                               "namespace": installed["sandbox_ns"]}}],
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {"server": cluster["server"], "certificate-authority-data": ca},
+            }
+        ],
+        "contexts": [
+            {
+                "name": "sa",
+                "context": {"cluster": "c", "user": "sa", "namespace": installed["sandbox_ns"]},
+            }
+        ],
         "users": [{"name": "sa", "user": {"token": token}}],
     }
     path = tmp_path_factory.mktemp("sa") / f"kubeconfig-{uuid.uuid4().hex[:6]}"
@@ -270,9 +300,7 @@ def test_the_provider_works_with_exactly_the_charts_role(
         provider.shutdown()
 
 
-def test_the_charts_role_grants_nothing_else(
-    installed: dict[str, Any], sa_kubeconfig: str
-) -> None:
+def test_the_charts_role_grants_nothing_else(installed: dict[str, Any], sa_kubeconfig: str) -> None:
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 

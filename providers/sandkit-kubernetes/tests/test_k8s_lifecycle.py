@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import NAMESPACE, SESSION, session_pods
 from k8s_support import in_ci
 from sandkit_kubernetes.provider import KubernetesProvider
 
+from conftest import NAMESPACE, SESSION, session_pods
 from sandkit import ErrorCode, SandboxError, SandboxKey, Settings, create_provider
 
 pytestmark = pytest.mark.kubernetes
@@ -49,8 +49,16 @@ def exec_in(core: Any, name: str, argv: list[str]) -> str:
 
     api = client.CoreV1Api(client.ApiClient(core.api_client.configuration))
     return str(
-        stream(api.connect_get_namespaced_pod_exec, name, NAMESPACE, command=argv,
-               stdin=False, stdout=True, stderr=True, tty=False)
+        stream(
+            api.connect_get_namespaced_pod_exec,
+            name,
+            NAMESPACE,
+            command=argv,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+        )
     )
 
 
@@ -282,7 +290,9 @@ def test_registered_as_the_kubernetes_entry_point(tmp_path: Path) -> None:
         if in_ci():
             pytest.fail(reason)
         pytest.skip(reason)
-    assert isinstance(create_provider("kubernetes", Settings(data_root=tmp_path)), KubernetesProvider)
+    assert isinstance(
+        create_provider("kubernetes", Settings(data_root=tmp_path)), KubernetesProvider
+    )
 
 
 def test_zz_no_pod_of_this_session_is_left(core: Any) -> None:

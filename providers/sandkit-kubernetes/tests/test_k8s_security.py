@@ -24,9 +24,7 @@ def key(name: str) -> SandboxKey:
 
 
 @pytest.fixture(scope="module")
-def hardened(
-    tmp_path_factory: pytest.TempPathFactory, options_for: Any
-) -> Any:
+def hardened(tmp_path_factory: pytest.TempPathFactory, options_for: Any) -> Any:
     """One pod with the default hardening, shared by the checks below."""
     from sandkit import Settings
 

@@ -177,8 +177,10 @@ class KubernetesProvider(SandboxProvider):
         configuration = client.Configuration()
         options = self.options
         try:
-            if options.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not (
-                os.environ.get("KUBECONFIG")
+            if (
+                options.kubeconfig is None
+                and os.environ.get("KUBERNETES_SERVICE_HOST")
+                and not (os.environ.get("KUBECONFIG"))
             ):
                 config.load_incluster_config(client_configuration=configuration)
             else:

@@ -85,8 +85,13 @@ def pod_manifest(options: KubernetesOptions, layout: ThreadLayout) -> dict[str, 
         else:
             name = f"data-{sub}" if sub is not None else f"mount-{index}"
             volumes.append(
-                {"name": name, "hostPath": {"path": _node_path(options, layout, mount.real),
-                                            "type": "Directory"}}
+                {
+                    "name": name,
+                    "hostPath": {
+                        "path": _node_path(options, layout, mount.real),
+                        "type": "Directory",
+                    },
+                }
             )
             entry["name"] = name
         mounts.append(entry)
@@ -198,7 +203,9 @@ def deep_merge(base: Any, override: Any) -> Any:
         index = {item["name"]: i for i, item in enumerate(merged_list)}
         for item in override:
             if item["name"] in index:
-                merged_list[index[item["name"]]] = deep_merge(merged_list[index[item["name"]]], item)
+                merged_list[index[item["name"]]] = deep_merge(
+                    merged_list[index[item["name"]]], item
+                )
             else:
                 merged_list.append(copy.deepcopy(item))
         return merged_list

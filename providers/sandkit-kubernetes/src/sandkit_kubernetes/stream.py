@@ -135,9 +135,8 @@ class KubeExecStream(ByteStream):
         self._closed = True
         if self._v5:
             # Close stdin first: the agent sees EOF and exits by itself.
-            with contextlib.suppress(Exception):
-                with self._write_lock:
-                    self._ws.send(bytes([CLOSE, STDIN]), opcode=ABNF.OPCODE_BINARY)
+            with contextlib.suppress(Exception), self._write_lock:
+                self._ws.send(bytes([CLOSE, STDIN]), opcode=ABNF.OPCODE_BINARY)
         with contextlib.suppress(Exception):
             self._ws.close(timeout=1)
         with contextlib.suppress(Exception):

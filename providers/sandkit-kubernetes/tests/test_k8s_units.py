@@ -1,0 +1,271 @@
+"""Options, the pod spec, and the in-pod programs (BOOT, INIT) run locally: no cluster needed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandkit_kubernetes import boot
+from sandkit_kubernetes.options import KubernetesOptions
+from sandkit_kubernetes.spec import deep_merge, label_value, pod_manifest
+
+from sandkit import ErrorCode, SandboxError, SandboxKey, Settings
+from sandkit.agent import protocol as p
+from sandkit.boxes import build_payload
+from sandkit.paths import WORKSPACE, Mount, PathMapping, ThreadLayout
+from sandkit.transports.http import HttpTransport
+
+KEY = SandboxKey("alice", "thread-1")
+
+
+def manifest(settings: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+    s = Settings(data_root="/srv/data", providers={"kubernetes": options}, **(settings or {}))
+    return pod_manifest(KubernetesOptions.from_settings(s), ThreadLayout.for_key(s, KEY))
+
+
+def container(m: dict[str, Any]) -> dict[str, Any]:
+    (c,) = m["spec"]["containers"]
+    return c
+
+
+# -- options ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"owner": "Upper"},
+        {"owner": "x" * 40},
+        {"uid": 0},
+        {"namespace": "not_a_label"},
+        {"carrier": "grpc"},
+        {"schedule_timeout_s": 100, "start_timeout_s": 10},
+        {"hide_paths": ["relative"]},
+        {"unknown": 1},
+    ],
+)
+def test_invalid_options_are_invalid_argument(bad: dict[str, Any]) -> None:
+    with pytest.raises(SandboxError) as info:
+        KubernetesOptions.from_settings(Settings(providers={"kubernetes": bad}))
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_root_only_when_allowed() -> None:
+    options = KubernetesOptions.from_settings(
+        Settings(providers={"kubernetes": {"uid": 0, "allow_root": True}})
+    )
+    m = pod_manifest(options, ThreadLayout.for_key(Settings(data_root="/d"), KEY))
+    assert m["spec"]["securityContext"]["runAsNonRoot"] is False
+
+
+# -- pod spec -------------------------------------------------------------------------------
+
+
+def test_default_pod_is_hardened_and_labelled() -> None:
+    m = manifest()
+    spec = m["spec"]
+    assert m["metadata"]["name"] == f"sandkit-{KEY.sandbox_id}"
+    assert m["metadata"]["labels"]["sandkit.sandbox-id"] == KEY.sandbox_id
+    assert m["metadata"]["labels"]["sandkit.user"] == "alice"
+    assert m["metadata"]["labels"]["sandkit.thread"] == "thread-1"
+    assert m["metadata"]["labels"]["sandkit.owner"] == "sandkit"
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    security = container(m)["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True
+    assert container(m)["resources"]["limits"]["memory"] == "1Gi"
+
+
+def test_host_path_storage_mounts_the_thread_dirs_at_the_virtual_paths() -> None:
+    m = manifest({"skills_dir": "/srv/skills"})
+    mounts = {v["mountPath"]: v for v in container(m)["volumeMounts"]}
+    volumes = {v["name"]: v for v in m["spec"]["volumes"]}
+    base = "/srv/data/users/alice/threads/thread-1/user-data"
+    for virtual, sub, read_only in (
+        ("/mnt/user-data/workspace", "workspace", False),
+        ("/mnt/user-data/uploads", "uploads", True),
+        ("/mnt/user-data/outputs", "outputs", False),
+    ):
+        assert mounts[virtual]["readOnly"] is read_only
+        assert volumes[mounts[virtual]["name"]]["hostPath"]["path"] == f"{base}/{sub}"
+    assert mounts["/mnt/skills"]["readOnly"] is True
+    assert mounts["/tmp"]["name"] == "tmp" and "emptyDir" in volumes["tmp"]
+    assert "emptyDir" in volumes[mounts["/opt/sandkit"]["name"]]
+
+
+def test_host_path_root_is_the_nodes_view_of_the_data_root() -> None:
+    m = manifest(host_path_root="/mnt/node-data")
+    paths = [v["hostPath"]["path"] for v in m["spec"]["volumes"] if "hostPath" in v]
+    assert all(p.startswith("/mnt/node-data/users/alice/") for p in paths)
+
+
+def test_pvc_storage_uses_sub_paths_and_an_init_container() -> None:
+    m = manifest(storage="pvc", pvc_claim_name="thread-data-claim")
+    mounts = {v["mountPath"]: v for v in container(m)["volumeMounts"]}
+    sub = "users/alice/threads/thread-1/user-data"
+    assert mounts["/mnt/user-data/workspace"]["subPath"] == f"{sub}/workspace"
+    assert mounts["/mnt/user-data/uploads"] == {
+        "mountPath": "/mnt/user-data/uploads",
+        "readOnly": True,
+        "name": "thread-data",
+        "subPath": f"{sub}/uploads",
+    }
+    claims = [v for v in m["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert claims == [
+        {"name": "thread-data", "persistentVolumeClaim": {"claimName": "thread-data-claim"}}
+    ]
+    (init,) = m["spec"]["initContainers"]
+    assert init["securityContext"]["runAsUser"] == 1000
+    assert init["command"][-1].endswith(sub)
+
+
+def test_http_carrier_declares_the_agent_port() -> None:
+    assert container(manifest(carrier="http", http_port=9000))["ports"] == [
+        {"name": "agent", "containerPort": 9000}
+    ]
+    assert "ports" not in container(manifest())
+
+
+def test_spec_digest_follows_the_settings() -> None:
+    one = manifest()["metadata"]["annotations"]["sandkit.spec"]
+    assert manifest()["metadata"]["annotations"]["sandkit.spec"] == one
+    assert manifest(image="other:1")["metadata"]["annotations"]["sandkit.spec"] != one
+
+
+def test_pod_template_cannot_change_identity() -> None:
+    m = manifest(pod_template={"metadata": {"name": "evil", "labels": {"sandkit.owner": "x"}}})
+    assert m["metadata"]["name"] == f"sandkit-{KEY.sandbox_id}"
+    assert m["metadata"]["labels"]["sandkit.owner"] == "sandkit"
+
+
+def test_deep_merge_semantics() -> None:
+    base = {
+        "a": {"b": 1, "c": 2},
+        "named": [{"name": "x", "v": 1, "w": 1}, {"name": "y", "v": 2}],
+        "plain": [1, 2],
+    }
+    override = {
+        "a": {"c": None, "d": 4},
+        "named": [{"name": "x", "v": 10}, {"name": "z", "v": 3}],
+        "plain": [3],
+    }
+    assert deep_merge(base, override) == {
+        "a": {"b": 1, "d": 4},
+        "named": [{"name": "x", "v": 10, "w": 1}, {"name": "y", "v": 2}, {"name": "z", "v": 3}],
+        "plain": [3],
+    }
+    assert base["a"] == {"b": 1, "c": 2}, "the base is not modified"
+
+
+def test_label_values() -> None:
+    assert label_value("thread-1") == "thread-1"
+    for odd in ("ends-with-dash-", "a" * 64, "user.", "_x"):
+        value = label_value(odd)
+        assert value.startswith("h-") and len(value) <= 63
+        assert label_value(odd) == value
+
+
+# -- BOOT and INIT, run with this machine's python ----------------------------------------------
+
+
+def workspace_mapping(root: Path) -> PathMapping:
+    return PathMapping([Mount(WORKSPACE, str(root), False)], WORKSPACE)
+
+
+def start_boot(home: Path, mode: str, digest: str, port: int = 0) -> subprocess.Popen[bytes]:
+    argv = boot.boot_argv(sys.executable, mode, digest, str(home), port)
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def line_of(proc: subprocess.Popen[bytes]) -> bytes:
+    assert proc.stdout is not None
+    return proc.stdout.readline()
+
+
+def test_boot_installs_the_payload_once_then_becomes_the_agent(tmp_path: Path) -> None:
+    payload = build_payload(True)
+    for expected_have, send in ((b"-", payload.archive), (payload.digest.encode(), b"")):
+        proc = start_boot(tmp_path, "stdio", payload.digest)
+        assert proc.stdin is not None
+        assert line_of(proc) == boot.BOOT_MAGIC + expected_have + b"\n"
+        proc.stdin.write(boot.frame(send))
+        config = p.agent_config(workspace_mapping(tmp_path))
+        proc.stdin.write(p.frame(p.request(1, "initialize", config)))
+        proc.stdin.flush()
+        answer = json.loads(line_of(proc))
+        assert answer["id"] == 1 and "protocol_version" in answer["result"]
+        proc.stdin.close()
+        assert proc.wait(10) == 0
+    assert (tmp_path / "agent.pyz").is_file()
+    assert os.access(tmp_path / "bin" / "rg", os.X_OK) == payload.has_rg
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_boot_starts_a_detached_http_agent_and_replaces_it(tmp_path: Path) -> None:
+    payload = build_payload(False)
+    port = free_port()
+    config = p.agent_config(workspace_mapping(tmp_path))
+    pids = []
+    try:
+        for token in ("first-token-0123456789", "second-token-0123456789"):
+            proc = start_boot(tmp_path, "http", payload.digest, port)
+            assert proc.stdin is not None
+            line_of(proc)
+            proc.stdin.write(boot.frame(payload.archive))
+            proc.stdin.write(boot.frame(json.dumps({"config": config, "token": token}).encode()))
+            proc.stdin.flush()
+            ready = line_of(proc)
+            assert ready.startswith(boot.READY), ready
+            pids.append(int(ready.split()[-1]))
+            assert proc.wait(10) == 0
+            transport = HttpTransport(f"http://127.0.0.1:{port}", token)
+            transport.call("ping", {}, 5)
+            transport.close()
+        # The second start replaced the first agent; its token files are gone.
+        assert not Path(f"/proc/{pids[0]}").exists() or _zombie(pids[0])
+        assert not (tmp_path / "http" / "token").exists()
+        stale = HttpTransport(f"http://127.0.0.1:{port}", "first-token-0123456789")
+        with pytest.raises(SandboxError) as info:
+            stale.call("ping", {}, 5)
+        assert info.value.code is ErrorCode.ACCESS_DENIED
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+def test_init_exits_at_once_on_sigterm() -> None:
+    proc = subprocess.Popen([sys.executable, "-I", "-c", boot.INIT])
+    time.sleep(0.3)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(5) == 0
+    assert time.monotonic() - start < 1
