@@ -67,17 +67,19 @@ class SandkitTool(BaseTool):
             raise ToolException(output.text)  # LangChain turns it into status="error"
         return output.text, output.structured
 
-    def _run(self, config: RunnableConfig, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    def _run(self, run_config: RunnableConfig, **arguments: Any) -> tuple[str, dict[str, Any]]:
         try:
-            sandbox = self._sandbox(config)
+            sandbox = self._sandbox(run_config)
         except Exception as exc:
             return self._answer(failure(exc, self.name))
         return self._answer(run_tool(sandbox, self.name, arguments, self.limits))
 
-    async def _arun(self, config: RunnableConfig, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    async def _arun(
+        self, run_config: RunnableConfig, **arguments: Any
+    ) -> tuple[str, dict[str, Any]]:
         try:
             # acquire may start a container or a pod: keep it off the event loop.
-            sandbox = await asyncio.to_thread(self._sandbox, config)
+            sandbox = await asyncio.to_thread(self._sandbox, run_config)
         except Exception as exc:
             return self._answer(failure(exc, self.name))
         return self._answer(await arun_tool(sandbox, self.name, arguments, self.limits))
