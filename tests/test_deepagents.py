@@ -25,7 +25,7 @@ from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolRuntime
 
 from sandkit import SandboxKey, SandboxProvider, Settings
-from sandkit.integrations.deepagents import SandkitBackend
+from sandkit.integrations.deepagents import SandkitBackend, SandkitThreadBackend
 from sandkit.local import LocalProvider
 from sandkit.sandbox import Sandbox
 from tests.docker_support import default_base_image, require_docker, require_image
@@ -280,37 +280,64 @@ def test_async_variants_match_the_sync_ones(backend: SandkitBackend, base: str) 
 # -- the deepagents agent's own tools ----------------------------------------------------------
 
 
+def middleware_tools(backend: SandkitBackend) -> dict[str, Any]:
+    return {tool.name: tool for tool in FilesystemMiddleware(backend=backend).tools}
+
+
+def call(
+    tools: dict[str, Any], name: str, config: dict[str, Any] | None = None, **arguments: Any
+) -> ToolMessage:
+    """Run one of deepagents' tools the way its ToolNode does (runtime injected)."""
+    runtime = ToolRuntime(
+        state={"messages": []},
+        context=None,
+        config=config or {},
+        stream_writer=lambda _: None,
+        tool_call_id=f"call-{name}",
+        store=None,
+    )
+    message = tools[name].invoke({**arguments, "runtime": runtime}, config=config)
+    assert isinstance(message, ToolMessage)
+    return message
+
+
 def test_deepagents_filesystem_tools_run_on_the_backend(backend: SandkitBackend, base: str) -> None:
     """The tools a deepagents agent calls (FilesystemMiddleware), executed as its graph would."""
-    tools = {tool.name: tool for tool in FilesystemMiddleware(backend=backend).tools}
-
-    def call(name: str, **arguments: Any) -> ToolMessage:
-        runtime = ToolRuntime(
-            state={"messages": []},
-            context=None,
-            config={},
-            stream_writer=lambda _: None,
-            tool_call_id=f"call-{name}",
-            store=None,
-        )
-        message = tools[name].invoke({**arguments, "runtime": runtime})
-        assert isinstance(message, ToolMessage)
-        return message
-
+    tools = middleware_tools(backend)
     path = f"{base}/app.py"
-    assert call("write_file", file_path=path, content="def f():\n    return 1\n").status != "error"
-    read = call("read_file", file_path=path)
+    wrote = call(tools, "write_file", file_path=path, content="def f():\n    return 1\n")
+    assert wrote.status != "error"
+    read = call(tools, "read_file", file_path=path)
     assert "def f():" in read.text and "return 1" in read.text and read.status != "error"
+    edited = call(tools, "edit_file", file_path=path, old_string="return 1", new_string="return 2")
+    assert edited.status != "error"
+    assert path in call(tools, "ls", path=base).text
+    assert path in call(tools, "glob", pattern="**/*.py", path=base).text
     assert (
-        call("edit_file", file_path=path, old_string="return 1", new_string="return 2").status
-        != "error"
+        "return 2" in call(tools, "grep", pattern="return", path=base, output_mode="content").text
     )
-    assert path in call("ls", path=base).text
-    assert path in call("glob", pattern="**/*.py", path=base).text
-    assert "return 2" in call("grep", pattern="return", path=base, output_mode="content").text
-    ran = call(
-        "execute", command=f'python3 -c \'import runpy; print(runpy.run_path("{path}")["f"]())\''
-    )
+    script = f"import runpy; print(runpy.run_path({path!r})['f']())"
+    ran = call(tools, "execute", command=f'python3 -c "{script}"')
     assert ran.text.startswith("2\n") and "exit code 0" in ran.text
-    missing = call("read_file", file_path=f"{base}/missing.py")
+    missing = call(tools, "read_file", file_path=f"{base}/missing.py")
     assert missing.status == "error" and "not_found" in missing.text
+
+
+def test_thread_backend_takes_the_sandbox_from_the_run_config(
+    make_local: Callable[..., LocalProvider], data_root: Path
+) -> None:
+    backend = SandkitThreadBackend(make_local(), user_id="alice")
+    tools = middleware_tools(backend)
+    path = f"{WS}/note.md"
+    for thread in ("a", "b"):
+        config = {"configurable": {"thread_id": thread}}
+        assert call(tools, "write_file", config, file_path=path, content=thread).status != "error"
+    for thread in ("a", "b"):
+        config = {"configurable": {"thread_id": thread}}
+        assert call(tools, "read_file", config, file_path=path).text.endswith(thread)
+    threads = data_root / "users" / "alice" / "threads"
+    assert (threads / "a/user-data/workspace/note.md").read_text() == "a"
+    assert (threads / "b/user-data/workspace/note.md").read_text() == "b"
+    outside = backend.write(path, "x")  # not in a run, no fallback thread
+    assert (outside.error or "").startswith("invalid_argument: no thread_id")
+    assert backend.id == "sandkit-local"

@@ -45,15 +45,18 @@ from deepagents.backends.protocol import (
     SandboxBackendProtocol,
     WriteResult,
 )
+from langchain_core.runnables.config import ensure_config
 
 from ..errors import ErrorCode, SandboxError
 from ..models import ExecuteResult, ListDirResult, ReadFileResult
 from ..models import GlobResult as SkGlobResult
 from ..models import GrepResult as SkGrepResult
+from ..provider import SandboxKey, SandboxProvider
 from ..runtime.pathmap import WORKSPACE
 from ..sandbox import Sandbox
+from .langchain import key_from_config
 
-__all__ = ["SandkitBackend"]
+__all__ = ["SandkitBackend", "SandkitThreadBackend"]
 
 # Our codes in deepagents' upload/download vocabulary (anything else: "code: message").
 _FILE_ERRORS = {
@@ -85,7 +88,12 @@ class SandkitBackend(SandboxBackendProtocol):
     """Largest binary file `read` returns (base64), as deepagents' own sandboxes do."""
 
     def __init__(self, sandbox: Sandbox) -> None:
-        self.sandbox = sandbox
+        self._sandbox = sandbox
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox this call works on."""
+        return self._sandbox
 
     @property
     def id(self) -> str:
@@ -311,6 +319,43 @@ class SandkitBackend(SandboxBackendProtocol):
                 continue
             responses.append(FileDownloadResponse(path=path, content=data))
         return responses
+
+
+class SandkitThreadBackend(SandkitBackend):
+    """One backend for many threads: each call's sandbox comes from the LangGraph run.
+
+    Like the LangChain tools, it reads `configurable.thread_id` and
+    `configurable.user_id` of the run it is called in (falling back to the ids
+    given here), so one compiled deepagents graph serves every thread. Called
+    outside a run without fallbacks, every operation fails with
+    `invalid_argument: no thread_id ...`.
+    """
+
+    def __init__(
+        self,
+        provider: SandboxProvider,
+        *,
+        user_id: str | None = "default",
+        thread_id: str | None = None,
+    ) -> None:
+        self.provider = provider
+        self.user_id = user_id
+        self.thread_id = thread_id
+
+    @property
+    def sandbox(self) -> Sandbox:
+        # The first call of a thread may start its box (in the calling thread).
+        return self.provider.acquire(self._key())
+
+    @property
+    def id(self) -> str:
+        try:
+            return self._key().sandbox_id
+        except SandboxError:
+            return f"sandkit-{self.provider.name}"
+
+    def _key(self) -> SandboxKey:
+        return key_from_config(ensure_config(), self.user_id, self.thread_id)
 
 
 # -- result conversion (pure) ----------------------------------------------------------
