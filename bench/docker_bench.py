@@ -6,7 +6,10 @@ Everything runs in one process against one engine, in the same run:
 
 - read_file of a small file through the agent vs. `container.exec_run(["cat", path])`;
 - execute("true") through the agent vs. `container.exec_run(["true"])`;
-- cold acquire (create + copy the agent in + start + first answer), p50 over --cold keys;
+- the same two through the agent over carrier http (its own container, on the
+  owner's internal network: `carrier: http`, `network_mode: none`);
+- cold acquire (create + copy the agent in + start + first answer), p50 over --cold keys,
+  for both carriers;
 - grep over a large tree (the image's Python standard library copied into the
   workspace) through the agent vs. the same ripgrep run by `docker exec` in the
   same container.
@@ -87,18 +90,24 @@ def main() -> int:
         },
     )
     provider = DockerProvider(settings)
+    http_options = {**settings.provider_options("docker"), "owner": owner + "-http"}
+    http_provider = DockerProvider(
+        settings.model_copy(update={"providers": {"docker": {**http_options, "carrier": "http"}}})
+    )
     results: dict[str, Any] = {"image": args.image}
     try:
         results.update(bench_cold(provider, args.cold))
-        results.update(bench_round_trips(provider, args))
+        results.update(bench_cold(http_provider, args.cold, suffix="_http"))
+        results.update(bench_round_trips(provider, http_provider, args))
         results.update(bench_grep(provider, args.greps))
     finally:
         provider.shutdown()
+        http_provider.shutdown()
     report(results, args.json)
     return 0 if all(results["targets"].values()) else 1
 
 
-def bench_cold(provider: DockerProvider, n: int) -> dict[str, Any]:
+def bench_cold(provider: DockerProvider, n: int, suffix: str = "") -> dict[str, Any]:
     provider.acquire(SandboxKey("bench", "warm-up"))  # first use builds the agent payload
     provider.destroy(SandboxKey("bench", "warm-up"))
     samples = []
@@ -108,13 +117,18 @@ def bench_cold(provider: DockerProvider, n: int) -> dict[str, Any]:
         provider.acquire(key)
         samples.append(time.perf_counter() - start)
         provider.destroy(key)
-    return {"cold_acquire": percentiles(samples)}
+    return {"cold_acquire" + suffix: percentiles(samples)}
 
 
-def bench_round_trips(provider: DockerProvider, args: argparse.Namespace) -> dict[str, Any]:
+def bench_round_trips(
+    provider: DockerProvider, http_provider: DockerProvider, args: argparse.Namespace
+) -> dict[str, Any]:
     key = SandboxKey("bench", "round-trips")
     sb = provider.acquire(key)
-    sb.write_file("small.txt", "".join(f"line {i} of a small file\n" for i in range(20)))
+    small = "".join(f"line {i} of a small file\n" for i in range(20))
+    sb.write_file("small.txt", small)
+    http_sb = http_provider.acquire(key)
+    http_sb.write_file("small.txt", small)
     container = provider.client.containers.get(provider.options.owner + "-" + key.sandbox_id)
     path = f"{WORKSPACE}/small.txt"
     user = provider.options.user
@@ -123,10 +137,12 @@ def bench_round_trips(provider: DockerProvider, args: argparse.Namespace) -> dic
     assert container.exec_run(["cat", path], user=user).output == same
     out: dict[str, Any] = {
         "read_agent": percentiles(timed(lambda: sb.read_file(path), args.reads)),
+        "read_agent_http": percentiles(timed(lambda: http_sb.read_file(path), args.reads)),
         "read_exec_run": percentiles(
             timed(lambda: container.exec_run(["cat", path], user=user), args.raw)
         ),
         "execute_agent": percentiles(timed(lambda: sb.execute("true"), args.execs)),
+        "execute_agent_http": percentiles(timed(lambda: http_sb.execute("true"), args.execs)),
         "execute_exec_run": percentiles(
             timed(lambda: container.exec_run(["true"], user=user), args.raw)
         ),
@@ -193,8 +209,10 @@ def report(results: dict[str, Any], as_json: bool) -> None:
     read_ratio = results["read_exec_run"]["p50"] / results["read_agent"]["p50"]
     exec_ratio = results["execute_exec_run"]["p50"] / results["execute_agent"]["p50"]
     grep_ratio = results["grep_agent"]["p50"] / results["grep_rg_docker_exec"]["p50"]
+    http_ratio = results["read_exec_run"]["p50"] / results["read_agent_http"]["p50"]
     results["ratios"] = {
         "read_exec_run_over_agent": read_ratio,
+        "read_exec_run_over_agent_http": http_ratio,
         "execute_exec_run_over_agent": exec_ratio,
         "grep_agent_over_rg": grep_ratio,
     }
@@ -208,11 +226,14 @@ def report(results: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(results, indent=2))
         return
     rows = [
-        ("read_file, small file: agent", "read_agent"),
+        ("read_file, small file: agent (stdio)", "read_agent"),
+        ("read_file, small file: agent (http)", "read_agent_http"),
         ('exec_run(["cat", path])', "read_exec_run"),
-        ('execute("true"): agent', "execute_agent"),
+        ('execute("true"): agent (stdio)', "execute_agent"),
+        ('execute("true"): agent (http)', "execute_agent_http"),
         ('exec_run(["true"])', "execute_exec_run"),
-        ("cold acquire", "cold_acquire"),
+        ("cold acquire (stdio)", "cold_acquire"),
+        ("cold acquire (http)", "cold_acquire_http"),
         ("grep (count) over the tree: agent", "grep_agent"),
         ("rg --count by docker exec", "grep_rg_docker_exec"),
         ("rg --count started inside the box (execute duration)", "grep_rg_inside"),
@@ -231,6 +252,7 @@ def report(results: dict[str, Any], as_json: bool) -> None:
         print(f"| {label} | {ms(r['p50'])} | {ms(r['p95'])} | {r['n']} |")
     print()
     print(f"exec_run / agent, read_file: {read_ratio:.0f}x; execute: {exec_ratio:.0f}x")
+    print(f"exec_run / agent over http, read_file: {http_ratio:.0f}x")
     inside_ratio = results["grep_agent"]["p50"] / results["grep_rg_inside"]["p50"]
     print(
         f"agent grep / rg by docker exec: {grep_ratio:.2f}x; "
