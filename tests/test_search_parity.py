@@ -19,11 +19,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from sandkit.runtime import search
 from sandkit.runtime.context import Context
 from sandkit.runtime.errors import SandboxError
 from sandkit.runtime.ignore import is_ignored_dir, is_ignored_file
@@ -32,7 +34,7 @@ from sandkit.runtime.pathmap import WORKSPACE, Mount, PathMapping
 from sandkit.runtime.search import find_rg, glob, grep
 
 RG = find_rg()
-# CI runs 450 + 60 + 150 generated examples; raise this locally to fuzz harder.
+# CI runs 450 + 100 + 60 + 150 generated examples; raise this locally to fuzz harder.
 SCALE = float(os.environ.get("SEARCH_PARITY_SCALE", "1"))
 pytestmark = pytest.mark.skipif(RG is None, reason="ripgrep is not installed")
 
@@ -117,7 +119,8 @@ RAW_BITS = [b"\xff", b"\xe2\x82", b"\xc3", b"\xed\xa0\x80", b"\x80", b"\r", b"\x
 LINE_ENDS = [b"\n", b"\n", b"\n", b"\r\n", b"\r"]
 
 NAMES = ["a.txt", "b.py", "c.md", ".hidden", "x y.txt", "é.txt", "d", "A.TXT", "z.py"]
-DIRS = ["src", "lib", ".cfg", "node_modules", "build", "__pycache__", "pkg.egg-info", "s.pyc"]
+DIRS = ["src", "lib", ".cfg", "a", "src"]
+IGNORED_DIRS = ["node_modules", "build", "__pycache__", "pkg.egg-info", "s.pyc"]
 
 
 @st.composite
@@ -161,7 +164,12 @@ def trees(draw: st.DrawFn) -> dict[str, bytes]:
     paths = draw(
         st.lists(
             st.tuples(
-                st.lists(st.sampled_from(DIRS), max_size=2),
+                st.lists(
+                    st.sampled_from(DIRS)
+                    if draw(st.integers(0, 4))
+                    else st.sampled_from(IGNORED_DIRS),
+                    max_size=2,
+                ),
                 st.sampled_from(NAMES),
             ),
             min_size=1,
@@ -260,7 +268,9 @@ def regexes(draw: st.DrawFn) -> str:
             text += draw(st.sampled_from(QUANTS))
         return text
 
-    pieces = [piece() for _ in range(draw(st.integers(1, 3)))]
+    # Short patterns match often enough for paging, context and cutting to happen.
+    count = 1 if draw(st.booleans()) else draw(st.integers(2, 3))
+    pieces = [piece() for _ in range(count)]
     pattern = "".join(pieces)
     if draw(st.integers(0, 4)) == 0:
         pattern = "^" + pattern
@@ -272,11 +282,41 @@ def regexes(draw: st.DrawFn) -> str:
 GLOBS = [None, "*.txt", "**/*.py", "src/*", "*.{txt,md}", "[a-c]*", "?.txt", ".*", "src/**"]
 
 
+# Atoms that match often, so that paging, context, cutting and truncation happen.
+EASY = [
+    "o",
+    "a",
+    ".",
+    "\\w",
+    "\\s",
+    "\\W",
+    "^",
+    "$",
+    "foo",
+    "[a-z]",
+    "s",
+    "i",
+    "k",
+    "x",
+    "\\d",
+    "é",
+    " ",
+    "^.",
+    ".$",
+    "o+",
+    "\\w+$",
+    "^\\s*$",
+]
+
+
 @st.composite
 def requests(draw: st.DrawFn) -> dict[str, Any]:
-    literal = draw(st.integers(0, 4)) == 0
+    kind = draw(st.integers(0, 9))
+    literal = kind < 2
     if literal:
         pattern = draw(st.sampled_from([*FRAGMENTS, "a.", "o\\", "(x", "$x"]))
+    elif kind < 5:
+        pattern = draw(st.sampled_from(EASY))
     else:
         pattern = draw(regexes())
     return {
@@ -288,8 +328,8 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
         "after": draw(st.integers(0, 4)),
         "multiline": draw(st.integers(0, 4)) == 0,
         "max_results": draw(st.sampled_from([None, 1, 2, 3, 50])),
-        "offset": draw(st.sampled_from([0, 0, 1, 2, 5])),
-        "glob": draw(st.sampled_from(GLOBS)),
+        "offset": draw(st.sampled_from([0, 0, 0, 1, 2, 5])),
+        "glob": None if draw(st.booleans()) else draw(st.sampled_from(GLOBS)),
     }
 
 
@@ -337,6 +377,24 @@ def test_rg_and_python_engines_agree(tree: dict[str, bytes], request: dict[str, 
         fast = outcome(with_rg, **request)
         slow = outcome(python_only, **request)
         assert fast == slow
+
+
+@settings(
+    max_examples=int(100 * SCALE),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(tree=trees(), request=requests())
+def test_two_pass_route_agrees(tree: dict[str, bytes], request: dict[str, Any]) -> None:
+    """Content queries whose single ripgrep pass overflows its budget: count, then page."""
+    assume(request["literal"] or python_compiles(request["pattern"]))
+    request = dict(request, output_mode="content")
+    with (
+        mock.patch.object(search, "SINGLE_PASS_SAFE_OUTPUT", 0),
+        mock.patch.object(search, "SINGLE_PASS_MAX_OUTPUT", 0),
+        workspace(tree) as (with_rg, python_only, _),
+    ):
+        assert outcome(with_rg, **request) == outcome(python_only, **request)
 
 
 @settings(max_examples=int(60 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow])
