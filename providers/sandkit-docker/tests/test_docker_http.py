@@ -201,3 +201,15 @@ def test_release_then_acquire_serves_from_the_restarted_container(
     assert container_of(docker_client, k).status == "exited"
     assert provider.get(k) is None
     assert provider.acquire(k).read_file("f.txt").content == "x"
+
+
+def test_a_bridge_network_serves_the_agent_at_the_bridge_address(
+    make_provider: Factory, docker_client: Any
+) -> None:
+    provider = make_provider(carrier="http", network_mode="bridge")
+    k = key("bridge")
+    box = provider.acquire(k)
+    box.write_file("f.txt", "over the default bridge\n")
+    assert box.read_file("f.txt").content == "over the default bridge\n"
+    networks = container_of(docker_client, k).attrs["NetworkSettings"]["Networks"]
+    assert set(networks) == {"bridge"}

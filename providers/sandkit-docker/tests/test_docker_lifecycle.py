@@ -326,10 +326,11 @@ def image_without_python(docker_client: Any, image: str, owner: str) -> Iterator
     docker_client.images.remove(tag, force=True)
 
 
+@pytest.mark.parametrize("carrier", ["stdio", "http"])
 def test_an_image_without_python3_says_why(
-    make_provider: Callable[..., DockerProvider], image_without_python: str
+    make_provider: Callable[..., DockerProvider], image_without_python: str, carrier: str
 ) -> None:
-    provider = make_provider(image=image_without_python)
+    provider = make_provider(image=image_without_python, carrier=carrier)
     with pytest.raises(SandboxError) as info:
         provider.acquire(key("no-python"))
     assert info.value.code is ErrorCode.UNAVAILABLE
