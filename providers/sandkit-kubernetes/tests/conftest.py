@@ -12,7 +12,6 @@ import contextlib
 import importlib.util
 import os
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,17 +21,21 @@ import pytest
 if importlib.util.find_spec("sandkit_kubernetes") is None:  # not installed: run from the tree
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from k8s_support import require_cluster, require_image, sandbox_image
+from k8s_support import (
+    NAMESPACE,
+    SESSION,
+    SESSION_LABEL,
+    TEST_OWNER,
+    require_cluster,
+    require_image,
+    sandbox_image,
+)
 from sandkit_kubernetes.provider import KubernetesProvider
 
 from sandkit import Settings
 
 # Read before the ambient SANDKIT_* variables are cleared below.
 IMAGE = sandbox_image()
-SESSION = uuid.uuid4().hex[:10]
-SESSION_LABEL = "sandkit.test-session"
-TEST_OWNER = f"t{SESSION}"
-NAMESPACE = f"sandkit-test-{SESSION}"
 
 ProviderFactory = Callable[..., KubernetesProvider]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -17,6 +18,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 DEV_KUBECONFIG = "/var/lib/sandkit-k8s/admin.kubeconfig"
 DEFAULT_IMAGE = "docker.io/sandkit/sandbox:debian12"
+
+# Read at import: conftest clears SANDKIT_* variables before the tests run.
+ENV_KUBECONFIG = os.environ.get("SANDKIT_TEST_KUBECONFIG")
+ENV_IMAGE = os.environ.get("SANDKIT_K8S_TEST_IMAGE")
+ENV_HELM = os.environ.get("SANDKIT_HELM")
+
+# One id per test session: its namespace, its pods' owner and label.
+SESSION = uuid.uuid4().hex[:10]
+SESSION_LABEL = "sandkit.test-session"
+TEST_OWNER = f"t{SESSION}"
+NAMESPACE = f"sandkit-test-{SESSION}"
 
 
 def in_ci() -> bool:
@@ -33,7 +45,7 @@ def unavailable(reason: str) -> NoReturn:
 def kubeconfig_path() -> str | None:
     """$SANDKIT_TEST_KUBECONFIG, $KUBECONFIG, the dev cluster's, or ~/.kube/config."""
     for candidate in (
-        os.environ.get("SANDKIT_TEST_KUBECONFIG"),
+        ENV_KUBECONFIG,
         os.environ.get("KUBECONFIG"),
         DEV_KUBECONFIG,
         str(Path.home() / ".kube" / "config"),
@@ -44,7 +56,7 @@ def kubeconfig_path() -> str | None:
 
 
 def sandbox_image() -> str:
-    return os.environ.get("SANDKIT_K8S_TEST_IMAGE") or DEFAULT_IMAGE
+    return ENV_IMAGE or DEFAULT_IMAGE
 
 
 @functools.cache
@@ -93,3 +105,8 @@ def require_image(core: Any, image: str) -> None:
         f"image {image} is not on any node; the dev cluster imports it in up.sh "
         "(or set SANDKIT_K8S_TEST_IMAGE)"
     )
+
+
+def session_pods(core: Any) -> list[Any]:
+    """Every pod of this test session, in any namespace."""
+    return list(core.list_pod_for_all_namespaces(label_selector=f"{SESSION_LABEL}={SESSION}").items)

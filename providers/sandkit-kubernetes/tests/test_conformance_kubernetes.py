@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from k8s_support import SESSION
 from sandkit_kubernetes.provider import KubernetesProvider
 from tests.conformance import SandboxConformance
 from tests.conformance.suite import SeedUpload
 
-from conftest import SESSION
 from sandkit import SandboxKey, Settings
 from sandkit.config import LimitsSettings
 from sandkit.paths import UPLOADS

@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_support import ROOT, unavailable
+from k8s_support import ENV_HELM, ROOT, SESSION, SESSION_LABEL, unavailable
 from sandkit_kubernetes.provider import KubernetesProvider
 
-from conftest import SESSION, SESSION_LABEL
 from sandkit import SandboxKey, Settings
 
 pytestmark = pytest.mark.kubernetes
@@ -42,9 +41,8 @@ MINIMAL_RULES = [
 @pytest.fixture(scope="module")
 def helm() -> str:
     """The pinned helm (built once from the Go module proxy by install-helm.sh)."""
-    explicit = os.environ.get("SANDKIT_HELM")
-    if explicit:
-        return explicit
+    if ENV_HELM:
+        return ENV_HELM
     try:
         done = subprocess.run(
             ["bash", str(INSTALL_HELM)], capture_output=True, text=True, timeout=1800

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_support import in_ci
+from k8s_support import NAMESPACE, SESSION, in_ci, session_pods
 from sandkit_kubernetes.provider import KubernetesProvider
 
-from conftest import NAMESPACE, SESSION, session_pods
 from sandkit import ErrorCode, SandboxError, SandboxKey, Settings, create_provider
 
 pytestmark = pytest.mark.kubernetes
