@@ -172,7 +172,10 @@ def bench_round_trips(
 def report(results: dict[str, Any], as_json: bool) -> None:
     read_ratio = results["read_fresh_exec"]["p50"] / results["read_agent_stdio"]["p50"]
     exec_ratio = results["execute_fresh_exec"]["p50"] / results["execute_agent_stdio"]["p50"]
-    results["ratios"] = {"read_fresh_over_agent": read_ratio, "execute_fresh_over_agent": exec_ratio}
+    results["ratios"] = {
+        "read_fresh_over_agent": read_ratio,
+        "execute_fresh_over_agent": exec_ratio,
+    }
     results["targets"] = {
         "cold acquire p50 <= 5 s": results["cold_acquire"]["p50"] <= 5.0,
         "agent op p50 <= 5 ms": results["read_agent_stdio"]["p50"] <= 0.005,
