@@ -27,11 +27,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sandkit.boxes import AGENT_DIR, AGENT_PATH
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.transports.base import Transport, TransportClosed
 from sandkit.transports.http import HttpTransport
-
-from .payload import AGENT_DIR, AGENT_PATH
 
 RUN_DIR = f"{AGENT_DIR}/run"
 READY_TIMEOUT_S = 30.0

@@ -16,7 +16,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,13 +24,21 @@ import docker
 import docker.errors
 
 from sandkit.agent.protocol import max_frame_bytes
+from sandkit.boxes import (
+    AGENT_DIR,
+    AGENT_PATH,
+    RG_PATH,
+    IdleReaper,
+    Payload,
+    TrackedSandbox,
+    box_mapping,
+    build_payload,
+)
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
-from sandkit.paths import USER_DATA_DIRS, WORKSPACE, Mount, PathMapping, ThreadLayout
+from sandkit.paths import USER_DATA_DIRS, ThreadLayout
 from sandkit.provider import SandboxKey, SandboxProvider
-from sandkit.remote import RemoteSandbox
 from sandkit.remote import agent_config as make_agent_config
-from sandkit.runtime.pathmap import overlaps
 from sandkit.streams import ByteStream
 from sandkit.transports.base import Transport
 from sandkit.transports.http import HttpTransport
@@ -41,7 +48,6 @@ from . import http_agent
 from .errors import engine_error
 from .http_agent import AgentSlot, SlotTransport
 from .options import DockerOptions
-from .payload import AGENT_DIR, AGENT_PATH, RG_PATH, Payload, build_payload
 from .spec import (
     LABEL_AGENT,
     LABEL_OWNER,
@@ -61,37 +67,8 @@ FOREIGN_START_WAIT_S = 10.0
 HTTP_PROBE_TIMEOUT_S = 3.0
 
 
-class DockerSandbox(RemoteSandbox):
-    """A `RemoteSandbox` that knows its key and whether a call is running (for reaping)."""
-
-    def __init__(self, key: SandboxKey, transport: Transport, **kwargs: Any) -> None:
-        super().__init__(transport, key.sandbox_id, **kwargs)
-        self.key = key
-        self._inflight = 0
-        self._inflight_lock = threading.Lock()
-
-    @property
-    def busy(self) -> bool:
-        return self._inflight > 0
-
-    @contextlib.contextmanager
-    def _running(self) -> Iterator[None]:
-        with self._inflight_lock:
-            self._inflight += 1
-        try:
-            yield
-        finally:
-            with self._inflight_lock:
-                self._inflight -= 1
-            self.last_used = time.monotonic()
-
-    def call(self, method: str, params: dict[str, Any]) -> Any:
-        with self._running():
-            return super().call(method, params)
-
-    async def acall(self, method: str, params: dict[str, Any]) -> Any:
-        with self._running():
-            return await super().acall(method, params)
+class DockerSandbox(TrackedSandbox):
+    """A sandbox in a container (busy tracking for reaping comes with `TrackedSandbox`)."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -131,8 +108,7 @@ class DockerProvider(SandboxProvider):
         self._image_lock = threading.Lock()
         self._network_lock = threading.Lock()
         self._pulled = False
-        self._reaper: threading.Thread | None = None
-        self._reaper_stop = threading.Event()
+        self._reaper = IdleReaper("sandkit-docker-reaper", self.reap_idle)
 
     # -- engine ---------------------------------------------------------------------
 
@@ -159,7 +135,7 @@ class DockerProvider(SandboxProvider):
     # -- SandboxProvider --------------------------------------------------------------
 
     def acquire(self, key: SandboxKey) -> DockerSandbox:
-        self._start_reaper()
+        self._reaper.start(self.options.reap_interval_s, self.settings.idle_timeout_s)
         while True:
             box = self._box(key)
             with box.lock:
@@ -225,7 +201,7 @@ class DockerProvider(SandboxProvider):
         self._drop(key, remove=True)
 
     def shutdown(self) -> None:
-        self._reaper_stop.set()
+        self._reaper.stop()
         with self._lock:
             boxes = list(self._boxes.values())
             self._boxes.clear()
@@ -276,11 +252,11 @@ class DockerProvider(SandboxProvider):
         reaped = []
         for box in boxes:
             sandbox = box.sandbox
-            if sandbox is None or sandbox.closed or sandbox.busy or sandbox.last_used >= cutoff:
+            if sandbox is None or not sandbox.idle_since(cutoff):
                 continue
             with box.lock:
                 sandbox = box.sandbox
-                if sandbox is None or sandbox.closed or sandbox.busy or sandbox.last_used >= cutoff:
+                if sandbox is None or not sandbox.idle_since(cutoff):
                     continue
                 self._stop_box(box, remove=False)
             self._forget(box)
@@ -574,7 +550,7 @@ class DockerProvider(SandboxProvider):
 
     def _agent_config(self, key: SandboxKey) -> dict[str, Any]:
         return make_agent_config(
-            agent_mapping(ThreadLayout.for_key(self.settings, key)),
+            box_mapping(ThreadLayout.for_key(self.settings, key)),
             self.settings.limits.to_limits(),
             execute_enabled=self.options.execute_enabled,
             secrets=self.settings.secret_values(),
@@ -718,52 +694,6 @@ class DockerProvider(SandboxProvider):
             raise engine_error(exc, "starting the agent") from None
         box.stream = stream
         return stream
-
-    # -- reaper -----------------------------------------------------------------------
-
-    def _start_reaper(self) -> None:
-        interval = self.options.reap_interval_s
-        if not interval or (self._reaper is not None and self._reaper.is_alive()):
-            return
-        with self._lock:
-            if self._reaper is not None and self._reaper.is_alive():
-                return
-            self._reaper_stop = threading.Event()
-            self._reaper = threading.Thread(
-                target=self._reap_loop,
-                args=(self._reaper_stop, interval),
-                name="sandkit-docker-reaper",
-                daemon=True,
-            )
-            self._reaper.start()
-
-    def _reap_loop(self, stop: threading.Event, interval: float) -> None:
-        while not stop.wait(interval):
-            try:
-                reaped = self.reap_idle(self.settings.idle_timeout_s)
-            except Exception:  # keep reaping; the engine may be back next time
-                log.exception("idle reaper failed")
-                continue
-            if reaped:
-                log.info("released %d idle sandbox(es)", len(reaped))
-
-
-def agent_mapping(layout: ThreadLayout) -> PathMapping:
-    """The jail inside the box: each mount at its virtual path.
-
-    The host paths behind the mounts are hidden roots: the kernel shows bind
-    mount sources in /proc/self/mountinfo, and masking turns them into
-    `[hidden]` in anything a command prints.
-    """
-    hidden = {str(layout.data_root)} | {m.real for m in layout.mounts}
-    # A host path that is also a virtual prefix (data_root=/mnt, say) cannot be
-    # masked without mangling the virtual paths themselves.
-    hidden = {h for h in hidden if not any(overlaps(h, m.virtual) for m in layout.mounts)}
-    return PathMapping(
-        [Mount(m.virtual, m.virtual, m.read_only) for m in layout.mounts],
-        WORKSPACE,
-        hidden_roots=sorted(hidden),
-    )
 
 
 def _container_ip(attrs: dict[str, Any], network: str) -> str:

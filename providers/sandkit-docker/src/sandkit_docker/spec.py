@@ -12,12 +12,12 @@ from typing import Any
 
 from docker.types import Mount as DockerMount
 
+from sandkit.boxes import AGENT_DIR
 from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
 from sandkit.runtime.pathmap import WORKSPACE
 
 from .options import DockerOptions
-from .payload import AGENT_DIR
 
 LABEL_SANDBOX_ID = "sandkit.sandbox-id"
 LABEL_USER = "sandkit.user"
