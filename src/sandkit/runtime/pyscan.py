@@ -602,9 +602,10 @@ def content_from_lines(
     """Content results from matches found elsewhere (ripgrep's exact verdict).
 
     `pages` holds (virtual path, the file's bytes, [(1-based line, byte offset of
-    the line, byte column of the match)], results to skip in this file). None
-    when the bytes do not fit those offsets (the file changed between ripgrep's
-    read and ours), so the caller can start over in Python.
+    the line, column of the match)], results to skip in this file). The column
+    is in bytes, or in characters when written as -1 - column. None when the
+    bytes do not fit those offsets (the file changed between ripgrep's read and
+    ours), so the caller can start over in Python.
     """
     items: List[Dict[str, Any]] = []
     for vpath, raw, found, skip in pages:
@@ -618,12 +619,38 @@ def content_from_lines(
             end = data.find(b"\n", offset)
             if end < 0:
                 end = size
-            head = data[offset : offset + byte_column]
-            column = byte_column if head.isascii() else len(head.decode("utf-8", "surrogateescape"))
+            if byte_column < 0:
+                column = -1 - byte_column
+            else:
+                head = data[offset : offset + byte_column]
+                column = len(head.decode("utf-8", "surrogateescape"))
             items.append(
                 _item(vpath, number, data, b"\n", offset, end, column, before, after, limit)
             )
     return items
+
+
+def verify_lines(spec: Dict[str, Any], lines: Sequence[str]) -> List[int]:
+    """Column of the first match in each line (-1: no match), per-line semantics.
+
+    Lines come decoded with surrogate escapes; one that holds any had
+    undecodable bytes and is checked with the guarded pattern.
+    """
+    matcher = Matcher(spec)
+    guarded: Optional["re.Pattern[str]"] = None
+    if matcher._guarded_src is not None:
+        guarded = re.compile(matcher._guarded_src, matcher._guarded_flags)
+    out: List[int] = []
+    for line in lines:
+        rx = matcher.rx
+        if guarded is not None and not line.isascii() and _ESCAPES.search(line):
+            rx = guarded
+        m = rx.search(line)
+        out.append(-1 if m is None else m.start())
+    return out
+
+
+_ESCAPES = re.compile("[\udc80-\udcff]")
 
 
 # -- worker side ------------------------------------------------------------------
@@ -636,6 +663,8 @@ def _on_alarm(signum: int, frame: Any) -> None:
 def handle(req: Dict[str, Any]) -> Dict[str, Any]:
     """Run one request, turning failures into a plain error reply."""
     try:
+        if req.get("op") == "verify":
+            return {"ok": verify_lines(req["spec"], req["lines"])}
         return {"ok": search(req)}
     except TimeUp:
         return {"error": ["TIMEOUT", "grep took longer than its time limit"]}

@@ -22,6 +22,7 @@ Stdlib only.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
@@ -283,6 +284,7 @@ def _rs_char(cp: int) -> str:
     return "\\x{%X}" % cp
 
 
+@functools.lru_cache(maxsize=1024)
 def rust_class(ranges: Ranges) -> str:
     if not ranges:
         return NEVER_RUST
@@ -659,3 +661,9 @@ class PatternInfo:
             "fast_prefix": self.fast_prefix,
             "multiline": self.multiline,
         }
+
+
+@functools.lru_cache(maxsize=256)
+def pattern_info(pattern: str, literal: bool, case_sensitive: bool, multiline: bool) -> PatternInfo:
+    """A shared, cached PatternInfo (agents repeat their searches; the analysis is pure)."""
+    return PatternInfo(pattern, literal, case_sensitive, multiline, translate=False)

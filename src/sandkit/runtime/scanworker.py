@@ -187,8 +187,8 @@ POOL = _Pool()
 atexit.register(POOL.close)
 
 
-def run(request: Dict[str, Any], timeout_s: float) -> Dict[str, Any]:
-    """Run pyscan.search(request) in a worker; returns its {"items", "more"} result."""
+def run(request: Dict[str, Any], timeout_s: float) -> Any:
+    """Run pyscan.handle(request) in a worker: a search page, or a line check ("op": "verify")."""
     reply = POOL.run(request, timeout_s)
     if "error" in reply:
         code, message = reply["error"]
@@ -197,5 +197,4 @@ def run(request: Dict[str, Any], timeout_s: float) -> Dict[str, Any]:
         except ValueError:
             error_code = ErrorCode.INTERNAL
         raise SandboxError(error_code, message)
-    result: Dict[str, Any] = reply["ok"]
-    return result
+    return reply["ok"]

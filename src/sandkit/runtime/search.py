@@ -46,7 +46,7 @@ from .rg import (
     tree_args,
 )
 from .rg import run as run_rg
-from .rxinfo import PatternError, PatternInfo
+from .rxinfo import PatternError, PatternInfo, pattern_info
 from .validate import clamp_results, invalid, require_bool, require_int, require_str
 
 __all__ = ["find_rg", "glob", "grep"]
@@ -221,7 +221,7 @@ def grep(
                     ErrorCode.INVALID_PATTERN, "invalid glob filter: %s" % exc
                 ) from None
     try:
-        info = PatternInfo(pattern, literal, case_sensitive, multiline, translate=False)
+        info = pattern_info(pattern, literal, case_sensitive, multiline)
     except PatternError as exc:
         raise SandboxError(ErrorCode.INVALID_PATTERN, str(exc)) from None
     resolved = ctx.mapping.resolve(path)
@@ -316,6 +316,10 @@ def _rg_tree(query: _Query, rg_path: str, extra: Sequence[str]) -> bytes:
 def _rg_engine(query: _Query, rg_path: str) -> Tuple[List[Any], bool]:
     max_bytes = query.limits.grep_max_file_bytes
     if not query.info.rust_exact:
+        if query.mode == "content" and not query.info.multiline:
+            verified = _rg_content_single(query, rg_path, SINGLE_PASS_MAX_OUTPUT, verify=True)
+            if verified is not None:
+                return verified
         out = _rg_tree(query, rg_path, ["--files-with-matches", "--null"])
         rels = _relative(query, parse_files(out))
         candidates = [(_join(query.vroot, rel), query.root + "/" + rel) for rel in rels]
@@ -434,13 +438,18 @@ def _page_in_python(
 
 # One `--json` pass answers a content query when its output stays small; past
 # this many bytes ripgrep is stopped and the count-then-page route is used.
-SINGLE_PASS_MAX_OUTPUT = 8 << 20
-SINGLE_PASS_SAFE_OUTPUT = 2 << 20
+SINGLE_PASS_MAX_OUTPUT = 1 << 20
+SINGLE_PASS_SAFE_OUTPUT = 512 << 10
 
 
 def _rg_content_single(
-    query: _Query, rg_path: str, budget: int
+    query: _Query, rg_path: str, budget: int, verify: bool = False
 ) -> Optional[Tuple[List[Any], bool]]:
+    """A content page from one `rg --json` pass; None when its output passed `budget`.
+
+    With `verify`, ripgrep's pattern is a superset: its lines are candidates
+    that Python's regex checks one by one (per-line semantics make that exact).
+    """
     info = query.info
     needed = query.offset + query.cap + 1
     basename_globs = query.glob_filter.rg_basename_globs() if query.glob_filter else None
@@ -456,14 +465,22 @@ def _rg_content_single(
     }
     rels = _relative(query, [prefix + rel for rel in by_rel])
     max_bytes = query.limits.grep_max_file_bytes
+    positions: Dict[str, List[Tuple[int, int, int]]]
+    if verify:
+        checked = _verify_candidates(query, rels, by_rel, needed)
+        if checked is None:
+            return None
+        positions, rels = checked
+    else:
+        positions = {rel: match_positions(by_rel[rel]) for rel in rels}
     skip = query.offset
     inputs = []
     taken = 0
     more = False
     for rel in rels:
         query.deadline.check(32)
-        records = by_rel[rel]
-        count = len(records)
+        found = positions[rel]
+        count = len(found)
         real = query.root + "/" + rel
         if taken == query.cap or skip >= count:
             if not pyscan.probe(real, max_bytes):
@@ -477,7 +494,7 @@ def _rg_content_single(
         if data is None:
             continue
         need = min(count - skip, query.cap - taken)
-        inputs.append((_join(query.vroot, rel), data, match_positions(records), skip))
+        inputs.append((_join(query.vroot, rel), data, found, skip))
         taken += need
         if need < count - skip:
             more = True
@@ -491,3 +508,52 @@ def _rg_content_single(
     if items is None:
         raise _Inconsistent()
     return items, more
+
+
+def _verify_candidates(
+    query: _Query, rels: List[str], by_rel: Dict[str, List[bytes]], needed: int
+) -> Optional[Tuple[Dict[str, List[Tuple[int, int, int]]], List[str]]]:
+    """Keep the candidate lines that Python's regex really matches.
+
+    Returns per file its true matches as (line, offset, -1 - character column)
+    and the files that still have any, in order. None when a file's candidates
+    reached ripgrep's --max-count (true matches might lie further down): the
+    caller then scans whole files instead.
+    """
+    max_bytes = query.limits.grep_max_file_bytes
+    plan = []
+    lines: List[str] = []
+    for rel in rels:
+        query.deadline.check(32)
+        found = match_positions(by_rel[rel])
+        if len(found) >= needed:
+            return None
+        data = pyscan.read_searchable(query.root + "/" + rel, max_bytes)
+        if data is None:
+            continue  # binary or too big: skipped by both engines
+        data = pyscan.strip_bom(data)
+        for _, offset, _ in found:
+            end = data.find(b"\n", offset)
+            line = data[offset : end if end >= 0 else len(data)]
+            lines.append(line.decode("utf-8", "surrogateescape"))
+        plan.append((rel, found))
+    columns: List[int]
+    if query.info.safe:
+        columns = pyscan.verify_lines(query.info.scan_spec(), lines)
+    else:
+        request = {"op": "verify", "spec": query.info.scan_spec(), "lines": lines}
+        columns = scanworker.run(request, query.deadline.remaining())
+    kept: Dict[str, List[Tuple[int, int, int]]] = {}
+    order: List[str] = []
+    index = 0
+    for rel, found in plan:
+        true = []
+        for number, offset, _ in found:
+            column = columns[index]
+            index += 1
+            if column >= 0:
+                true.append((number, offset, -1 - column))
+        if true:
+            kept[rel] = true
+            order.append(rel)
+    return kept, order
