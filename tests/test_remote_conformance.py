@@ -28,7 +28,7 @@ from sandkit.transports.http import HttpTransport
 from sandkit.transports.local_process import agent_opener
 from sandkit.transports.stdio import StdioTransport
 
-from .conformance import SandboxConformance
+from .conformance import OperationConformance
 from .conformance.lifecycle import LifecycleTests
 from .conformance.suite import SeedUpload
 from .remote_support import HttpAgent, config_of, find_rg, start_http_agent
@@ -100,7 +100,7 @@ def settings_for(data_root: Path) -> Settings:
     return Settings(data_root=data_root, execute_enabled=True, secrets=[SECRET], limits=LIMITS)
 
 
-class _Shared(SandboxConformance):
+class _Shared(OperationConformance):
     """Fixtures for one long-lived agent on a fixed key (each test has its own dir)."""
 
     @pytest.fixture

@@ -33,7 +33,7 @@ class SearchConformance(GlobTests, GrepTests):
     """glob and grep only: for running the search area against a second engine."""
 
 
-class SandboxConformance(
+class OperationConformance(
     ReadFileTests,
     WriteFileTests,
     EditFileTests,
@@ -49,8 +49,11 @@ class SandboxConformance(
     HostilePathTests,
     MaskingTests,
     AsyncTests,
-    LifecycleTests,
 ):
+    """Every operation test, for a subclass that can only hand out one `sandbox`."""
+
+
+class SandboxConformance(OperationConformance, LifecycleTests):
     """Every conformance test; subclass it and supply the fixtures in `suite.py`."""
 
 
@@ -59,6 +62,7 @@ __all__ = [
     "CheckedSandbox",
     "ConformanceBase",
     "HostileCase",
+    "OperationConformance",
     "SandboxConformance",
     "SearchConformance",
 ]

@@ -1,7 +1,7 @@
 """Provider lifecycle: acquire, get, release, destroy, isolation between keys.
 
-These need the `provider` fixture; a subclass that only supplies a
-`sandbox` skips them.
+These need the `provider` fixture; a subclass that can only supply a
+`sandbox` subclasses `OperationConformance` instead (never a silent skip).
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ class LifecycleTests(ConformanceBase):
     @pytest.fixture
     def prov(self, provider: SandboxProvider | None) -> SandboxProvider:
         if provider is None:
-            pytest.skip("lifecycle tests need a `provider` fixture")
+            pytest.fail(
+                "lifecycle tests need a `provider` fixture; "
+                "subclass OperationConformance for a sandbox-only run"
+            )
         return provider
 
     @pytest.fixture
