@@ -34,6 +34,7 @@ from sandkit.boxes import (
     box_mapping,
     build_payload,
 )
+from sandkit.boxtable import BoxTable
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.paths import USER_DATA_DIRS, ThreadLayout
@@ -103,8 +104,7 @@ class DockerProvider(SandboxProvider):
         self.options = DockerOptions.from_settings(self.settings)
         self._client: docker.DockerClient | None = None
         self._client_lock = threading.Lock()
-        self._lock = threading.Lock()
-        self._boxes: dict[SandboxKey, _Box] = {}
+        self._boxes = BoxTable(_Box)
         self._image_lock = threading.Lock()
         self._network_lock = threading.Lock()
         self._pulled = False
@@ -136,39 +136,35 @@ class DockerProvider(SandboxProvider):
 
     def acquire(self, key: SandboxKey) -> DockerSandbox:
         self._reaper.start(self.options.reap_interval_s, self.settings.idle_timeout_s)
-        while True:
-            box = self._box(key)
-            with box.lock:
-                if self._boxes.get(key) is not box:
-                    continue  # released and forgotten while we waited; start over
-                sandbox = box.sandbox
-                if (
-                    sandbox is not None
-                    and not sandbox.closed
-                    and box.looks_alive(self.options.carrier)
-                    and self._answers(sandbox)
-                ):
-                    sandbox.last_used = time.monotonic()
-                    return sandbox
-                try:
-                    self._ensure_running(box)
-                    if self.options.carrier == "http":
-                        self._ensure_http_agent(box)
-                except BaseException:
-                    if box.sandbox is None:
-                        self._forget(box)
-                    raise
-                if sandbox is None or sandbox.closed:
-                    sandbox = self._new_sandbox(box)
-                    box.sandbox = sandbox
-                # Open the channel now: acquire returns a box that answers, and a
-                # broken image (no python3) fails here with the agent's reason.
-                sandbox.ping(timeout=30.0)
+        with self._boxes.locked(key) as box:
+            sandbox = box.sandbox
+            if (
+                sandbox is not None
+                and not sandbox.closed
+                and box.looks_alive(self.options.carrier)
+                and self._answers(sandbox)
+            ):
                 sandbox.last_used = time.monotonic()
                 return sandbox
+            try:
+                self._ensure_running(box)
+                if self.options.carrier == "http":
+                    self._ensure_http_agent(box)
+            except BaseException:
+                if box.sandbox is None:
+                    self._boxes.forget(box)
+                raise
+            if sandbox is None or sandbox.closed:
+                sandbox = self._new_sandbox(box)
+                box.sandbox = sandbox
+            # Open the channel now: acquire returns a box that answers, and a
+            # broken image (no python3) fails here with the agent's reason.
+            sandbox.ping(timeout=30.0)
+            sandbox.last_used = time.monotonic()
+            return sandbox
 
     def get(self, key: SandboxKey) -> DockerSandbox | None:
-        box = self._box(key)
+        box = self._boxes.box(key)
         with box.lock:
             sandbox = box.sandbox
             if sandbox is not None and not sandbox.closed and box.looks_alive(self.options.carrier):
@@ -176,7 +172,7 @@ class DockerProvider(SandboxProvider):
             attrs = self._inspect(key)
             if attrs is None or not _running(attrs) or not self._adoptable(attrs, key):
                 if sandbox is None:
-                    self._forget(box)
+                    self._boxes.forget(box)
                 return None
             box.container_id = attrs["Id"]
             box.dead = False
@@ -187,7 +183,7 @@ class DockerProvider(SandboxProvider):
                     self._ensure_http_agent(box)
                 except BaseException:
                     if sandbox is None:
-                        self._forget(box)
+                        self._boxes.forget(box)
                     raise
             if sandbox is None or sandbox.closed:
                 sandbox = self._new_sandbox(box)
@@ -202,9 +198,7 @@ class DockerProvider(SandboxProvider):
 
     def shutdown(self) -> None:
         self._reaper.stop()
-        with self._lock:
-            boxes = list(self._boxes.values())
-            self._boxes.clear()
+        boxes = self._boxes.take_all()
         for box in boxes:
             with box.lock:
                 self._close_box(box)
@@ -246,42 +240,15 @@ class DockerProvider(SandboxProvider):
                 log.warning("shutdown: %s: %s", container.name, exc)
 
     def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
-        cutoff = time.monotonic() - max_idle_s
-        with self._lock:
-            boxes = list(self._boxes.values())
-        reaped = []
-        for box in boxes:
-            sandbox = box.sandbox
-            if sandbox is None or not sandbox.idle_since(cutoff):
-                continue
-            with box.lock:
-                sandbox = box.sandbox
-                if sandbox is None or not sandbox.idle_since(cutoff):
-                    continue
-                self._stop_box(box, remove=False)
-            self._forget(box)
-            reaped.append(box.key)
-        return reaped
+        return self._boxes.reap_idle(max_idle_s, lambda box: self._stop_box(box, remove=False))
 
     # -- boxes ------------------------------------------------------------------------
 
-    def _box(self, key: SandboxKey) -> _Box:
-        with self._lock:
-            box = self._boxes.get(key)
-            if box is None:
-                box = self._boxes[key] = _Box(key)
-            return box
-
-    def _forget(self, box: _Box) -> None:
-        with self._lock:
-            if self._boxes.get(box.key) is box and box.sandbox is None:
-                del self._boxes[box.key]
-
     def _drop(self, key: SandboxKey, remove: bool) -> None:
-        box = self._box(key)
+        box = self._boxes.box(key)
         with box.lock:
             self._stop_box(box, remove)
-        self._forget(box)
+        self._boxes.forget(box)
 
     def _close_box(self, box: _Box) -> None:
         sandbox, box.sandbox, box.stream = box.sandbox, None, None

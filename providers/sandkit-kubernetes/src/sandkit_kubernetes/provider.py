@@ -26,6 +26,7 @@ from typing import Any
 from sandkit.agent import protocol as p
 from sandkit.boxes import AGENT_DIR, RG_PATH, IdleReaper, Payload, TrackedSandbox, box_mapping
 from sandkit.boxes import build_payload as _build_payload
+from sandkit.boxtable import BoxTable
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.paths import USER_DATA_DIRS, ThreadLayout
@@ -152,8 +153,7 @@ class KubernetesProvider(SandboxProvider):
         self._configuration: Any = None
         self._core: Any = None
         self._client_lock = threading.Lock()
-        self._lock = threading.Lock()
-        self._boxes: dict[SandboxKey, _Box] = {}
+        self._boxes = BoxTable(_Box)
         self._reaper = IdleReaper("sandkit-kubernetes-reaper", self.reap_idle)
 
     # -- API ------------------------------------------------------------------------
@@ -212,38 +212,34 @@ class KubernetesProvider(SandboxProvider):
 
     def acquire(self, key: SandboxKey) -> KubernetesSandbox:
         self._reaper.start(self.options.reap_interval_s, self.settings.idle_timeout_s)
-        while True:
-            box = self._box(key)
-            with box.lock:
-                if self._boxes.get(key) is not box:
-                    continue  # released and forgotten while we waited; start over
-                sandbox = box.sandbox
-                carrier = self.options.carrier
-                if sandbox is not None and not sandbox.closed and box.looks_alive(carrier):
-                    sandbox.last_used = time.monotonic()
-                    return sandbox
-                if box.dead and box.http is not None:
-                    # The agent stopped answering: look at the pod, start a fresh agent.
-                    box.http.close()
-                    box.http = None
-                try:
-                    self._ensure_running(box)
-                    if carrier == "http":
-                        self._ensure_http_agent(box)
-                except BaseException:
-                    if box.sandbox is None:
-                        self._forget(box)
-                    raise
-                if sandbox is None or sandbox.closed:
-                    sandbox = self._new_sandbox(box)
-                    box.sandbox = sandbox
-                # Open the channel now: acquire returns a box that answers.
-                sandbox.ping(timeout=HANDSHAKE_TIMEOUT_S)
+        with self._boxes.locked(key) as box:
+            sandbox = box.sandbox
+            carrier = self.options.carrier
+            if sandbox is not None and not sandbox.closed and box.looks_alive(carrier):
                 sandbox.last_used = time.monotonic()
                 return sandbox
+            if box.dead and box.http is not None:
+                # The agent stopped answering: look at the pod, start a fresh agent.
+                box.http.close()
+                box.http = None
+            try:
+                self._ensure_running(box)
+                if carrier == "http":
+                    self._ensure_http_agent(box)
+            except BaseException:
+                if box.sandbox is None:
+                    self._boxes.forget(box)
+                raise
+            if sandbox is None or sandbox.closed:
+                sandbox = self._new_sandbox(box)
+                box.sandbox = sandbox
+            # Open the channel now: acquire returns a box that answers.
+            sandbox.ping(timeout=HANDSHAKE_TIMEOUT_S)
+            sandbox.last_used = time.monotonic()
+            return sandbox
 
     def get(self, key: SandboxKey) -> KubernetesSandbox | None:
-        box = self._box(key)
+        box = self._boxes.box(key)
         with box.lock:
             sandbox = box.sandbox
             if sandbox is not None and not sandbox.closed and box.looks_alive(self.options.carrier):
@@ -251,7 +247,7 @@ class KubernetesProvider(SandboxProvider):
             pod = self._read_pod(key)
             if pod is None or not _running(pod) or not self._adoptable(pod, key):
                 if sandbox is None:
-                    self._forget(box)
+                    self._boxes.forget(box)
                 return None
             self._adopt(box, pod)
             if self.options.carrier == "http":
@@ -270,9 +266,7 @@ class KubernetesProvider(SandboxProvider):
 
     def shutdown(self) -> None:
         self._reaper.stop()
-        with self._lock:
-            boxes = list(self._boxes.values())
-            self._boxes.clear()
+        boxes = self._boxes.take_all()
         for box in boxes:
             with box.lock:
                 self._close_box(box)
@@ -294,42 +288,15 @@ class KubernetesProvider(SandboxProvider):
         self._wait_gone(names)
 
     def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
-        cutoff = time.monotonic() - max_idle_s
-        with self._lock:
-            boxes = list(self._boxes.values())
-        reaped = []
-        for box in boxes:
-            sandbox = box.sandbox
-            if sandbox is None or not sandbox.idle_since(cutoff):
-                continue
-            with box.lock:
-                sandbox = box.sandbox
-                if sandbox is None or not sandbox.idle_since(cutoff):
-                    continue
-                self._stop_box(box)
-            self._forget(box)
-            reaped.append(box.key)
-        return reaped
+        return self._boxes.reap_idle(max_idle_s, self._stop_box)
 
     # -- boxes ------------------------------------------------------------------------
 
-    def _box(self, key: SandboxKey) -> _Box:
-        with self._lock:
-            box = self._boxes.get(key)
-            if box is None:
-                box = self._boxes[key] = _Box(key)
-            return box
-
-    def _forget(self, box: _Box) -> None:
-        with self._lock:
-            if self._boxes.get(box.key) is box and box.sandbox is None:
-                del self._boxes[box.key]
-
     def _drop(self, key: SandboxKey) -> None:
-        box = self._box(key)
+        box = self._boxes.box(key)
         with box.lock:
             self._stop_box(box)
-        self._forget(box)
+        self._boxes.forget(box)
 
     def _close_box(self, box: _Box) -> None:
         sandbox, box.sandbox = box.sandbox, None
