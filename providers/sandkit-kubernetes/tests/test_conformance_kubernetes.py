@@ -85,11 +85,32 @@ def claim_root(
             ),
         ),
     )
+    _wait_bound(core, namespace, CLAIM)
     yield root
     try:
         core.delete_namespaced_persistent_volume_claim(CLAIM, namespace)
     finally:
         core.delete_persistent_volume(pv_name)
+
+
+def _wait_bound(core: Any, namespace: str, claim: str, timeout_s: float = 90.0) -> None:
+    """The PV controller binds on its own schedule (up to its resync period, 15 s);
+    a pod created before that is unschedulable, so tests start after the bind."""
+    from kubernetes import watch
+
+    if core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound":
+        return
+    stream = watch.Watch()
+    for event in stream.stream(
+        core.list_namespaced_persistent_volume_claim,
+        namespace,
+        field_selector=f"metadata.name={claim}",
+        timeout_seconds=int(timeout_s),
+    ):
+        if event["object"].status.phase == "Bound":
+            stream.stop()
+            return
+    raise AssertionError(f"PersistentVolumeClaim {claim} not bound after {timeout_s:.0f} s")
 
 
 class KubernetesConformance(SandboxConformance):
