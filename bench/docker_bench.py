@@ -37,10 +37,10 @@ for extra in (ROOT / "src", ROOT / "providers" / "sandkit-docker" / "src"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
-from sandkit_docker.payload import RG_PATH  # noqa: E402
 from sandkit_docker.provider import DockerProvider  # noqa: E402
 
 from sandkit import SandboxKey, Settings  # noqa: E402
+from sandkit.boxes import RG_PATH  # noqa: E402
 
 WORKSPACE = "/mnt/user-data/workspace"
 
