@@ -331,9 +331,30 @@ class _RustEmitter:
     def seq(self, items: Any, flags: int, tail: bool = False) -> str:
         items = list(items)
         last = len(items) - 1
-        return "".join(
-            self.node(op, av, flags, tail and i == last) for i, (op, av) in enumerate(items)
-        )
+        out = []
+        for i, (op, av) in enumerate(items):
+            if op is AT and av is _c.AT_BOUNDARY and tail and i == last and i > 0:
+                out.append(self.edge_boundary(items[i - 1], flags))
+            else:
+                out.append(self.node(op, av, flags, tail and i == last))
+        return "".join(out)
+
+    def edge_boundary(self, before: Any, flags: int) -> str:
+        """A final `\\b` right after a word character.
+
+        Python's boundary there means "line end or a non-word character next";
+        Rust cannot use Python's word set for `\\b`, but it can require the line
+        end, a non-ASCII-word character or a raw high byte (an undecodable byte
+        counts as non-word in Python). Still a superset (a non-ASCII word
+        character also passes), just a tight one. Only at the end: in front, an
+        alternation would cost ripgrep its literal prefilter.
+        """
+        self.exact = False
+        ranges = _edge_ranges(before, flags, first=False)
+        if ranges is None or not _within(ranges, scan_ranges("\\w", flags)):
+            return ""
+        edge = "(?m:$)" if self.multiline else "$"
+        return "(?:%s|[^0-9A-Za-z_]|(?-u:[\\x80-\\xFF]))" % edge
 
     def chars(self, op: Any, av: Any, flags: int) -> str:
         if op is not ANY and (flags & ICASE or op is not LITERAL):
@@ -395,6 +416,21 @@ class _RustEmitter:
             return "\\r?$"
         self.exact = False
         return ""
+
+
+def _edge_ranges(node: Any, flags: int, first: bool) -> Optional[Ranges]:
+    """The characters a node's first (or last) consumed character can be, if simple."""
+    op, av = node
+    if op in _CHAR_OPS:
+        return node_ranges(op, av, flags)
+    if op in _REPEATS and av[0] >= 1 and len(av[2]):
+        body = list(av[2])
+        return _edge_ranges(body[0] if first else body[-1], flags, first)
+    return None
+
+
+def _within(inner: Ranges, outer: Ranges) -> bool:
+    return all(any(lo <= a and b <= hi for lo, hi in outer) for a, b in inner)
 
 
 # -- guarded Python emission --------------------------------------------------------

@@ -466,8 +466,9 @@ def _rg_content_single(
     rels = _relative(query, [prefix + rel for rel in by_rel])
     max_bytes = query.limits.grep_max_file_bytes
     positions: Dict[str, List[Tuple[int, int, int]]]
+    contents: Dict[str, bytes] = {}
     if verify:
-        checked = _verify_candidates(query, rels, by_rel, needed)
+        checked = _verify_candidates(query, rels, by_rel, needed, contents)
         if checked is None:
             return None
         positions, rels = checked
@@ -490,7 +491,7 @@ def _rg_content_single(
                 break
             skip -= count
             continue
-        data = pyscan.read_searchable(real, max_bytes)
+        data = contents.get(rel) or pyscan.read_searchable(real, max_bytes)
         if data is None:
             continue
         need = min(count - skip, query.cap - taken)
@@ -511,14 +512,18 @@ def _rg_content_single(
 
 
 def _verify_candidates(
-    query: _Query, rels: List[str], by_rel: Dict[str, List[bytes]], needed: int
+    query: _Query,
+    rels: List[str],
+    by_rel: Dict[str, List[bytes]],
+    needed: int,
+    contents: Dict[str, bytes],
 ) -> Optional[Tuple[Dict[str, List[Tuple[int, int, int]]], List[str]]]:
     """Keep the candidate lines that Python's regex really matches.
 
     Returns per file its true matches as (line, offset, -1 - character column)
     and the files that still have any, in order. None when a file's candidates
     reached ripgrep's --max-count (true matches might lie further down): the
-    caller then scans whole files instead.
+    caller then scans whole files instead. The files' bytes land in `contents`.
     """
     max_bytes = query.limits.grep_max_file_bytes
     plan = []
@@ -528,10 +533,11 @@ def _verify_candidates(
         found = match_positions(by_rel[rel])
         if len(found) >= needed:
             return None
-        data = pyscan.read_searchable(query.root + "/" + rel, max_bytes)
-        if data is None:
+        raw = pyscan.read_searchable(query.root + "/" + rel, max_bytes)
+        if raw is None:
             continue  # binary or too big: skipped by both engines
-        data = pyscan.strip_bom(data)
+        contents[rel] = raw
+        data = pyscan.strip_bom(raw)
         for _, offset, _ in found:
             end = data.find(b"\n", offset)
             line = data[offset : end if end >= 0 else len(data)]
