@@ -312,11 +312,13 @@ class Matcher:
         """
         if self.never:
             return True, None
+        found = self.byte_needle(data)
+        if found is not None and found[0].find(found[1]) < 0:
+            return True, found
         for other in self.others_b:
             if other not in data:
                 return True, None
-        found = self.byte_needle(data)
-        return found is not None and found[0].find(found[1]) < 0, found
+        return False, found
 
     def _needle(self, text: Text) -> Tuple[Optional[str], Optional[str]]:
         """(haystack, needle) for the text-level literal search, or (None, None)."""
