@@ -26,11 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 from typing import Any
 
+from sandkit.boxes import IdleReaper, TrackedSandbox
+from sandkit.boxtable import BoxTable
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.paths import UPLOADS, ThreadLayout
 from sandkit.provider import SandboxKey, SandboxProvider
-from sandkit.remote import RemoteSandbox
 from sandkit.remote import agent_config as make_agent_config
 from sandkit.runtime.pathmap import RESERVED_PREFIXES
 from sandkit.transports.base import Transport
@@ -56,8 +57,8 @@ SETUP_TIMEOUT_S = 300
 HTTP_START_TIMEOUT_S = 30.0
 
 
-class E2BSandbox(RemoteSandbox):
-    """A `RemoteSandbox` that knows its key and whether a call is running."""
+class E2BSandbox(TrackedSandbox):
+    """A `TrackedSandbox` that reports an unreachable agent (so acquire checks it answers)."""
 
     def __init__(
         self,
@@ -67,38 +68,18 @@ class E2BSandbox(RemoteSandbox):
         on_unavailable: Callable[[], None] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(transport, key.sandbox_id, **kwargs)
-        self.key = key
+        super().__init__(key, transport, **kwargs)
         self._on_unavailable = on_unavailable
-        self._inflight = 0
-        self._inflight_lock = threading.Lock()
-
-    @property
-    def busy(self) -> bool:
-        return self._inflight > 0
 
     @contextlib.contextmanager
     def _running(self) -> Iterator[None]:
-        with self._inflight_lock:
-            self._inflight += 1
-        try:
-            yield
-        except SandboxError as exc:
-            if exc.code is ErrorCode.UNAVAILABLE and self._on_unavailable is not None:
-                self._on_unavailable()
-            raise
-        finally:
-            with self._inflight_lock:
-                self._inflight -= 1
-            self.last_used = time.monotonic()
-
-    def call(self, method: str, params: dict[str, Any]) -> Any:
-        with self._running():
-            return super().call(method, params)
-
-    async def acall(self, method: str, params: dict[str, Any]) -> Any:
-        with self._running():
-            return await super().acall(method, params)
+        with super()._running():
+            try:
+                yield
+            except SandboxError as exc:
+                if exc.code is ErrorCode.UNAVAILABLE and self._on_unavailable is not None:
+                    self._on_unavailable()
+                raise
 
 
 @dataclasses.dataclass(eq=False)
@@ -137,10 +118,8 @@ class E2BProvider(SandboxProvider):
         self.settings = settings or Settings()
         self.options = E2BOptions.from_settings(self.settings)
         self._sandbox_class = sandbox_class
-        self._lock = threading.Lock()
-        self._boxes: dict[SandboxKey, _Box] = {}
-        self._maintainer: threading.Thread | None = None
-        self._maintainer_stop = threading.Event()
+        self._boxes = _BoxTable(_Box)
+        self._maintainer = IdleReaper("sandkit-e2b-maintainer", self._maintain)
 
     # -- the SDK ----------------------------------------------------------------------
 
@@ -238,37 +217,33 @@ class E2BProvider(SandboxProvider):
     # -- SandboxProvider ------------------------------------------------------------
 
     def acquire(self, key: SandboxKey) -> E2BSandbox:
-        self._start_maintainer()
-        while True:
-            box = self._box(key)
-            with box.lock:
-                if self._boxes.get(key) is not box:
-                    continue  # released and forgotten while we waited; start over
-                sandbox = box.sandbox
-                if sandbox is not None and not sandbox.closed and box.looks_alive():
-                    sandbox.last_used = time.monotonic()
-                    return sandbox
-                try:
-                    self._ensure_running(box)
-                    if sandbox is None or sandbox.closed:
-                        sandbox = self._new_sandbox(box)
-                        box.sandbox = sandbox
-                    elif self.options.carrier == "http" and not box.looks_alive():
-                        self._revive_http_agent(box, sandbox)
-                    # (stdio: the transport starts a new agent on the next call.)
-                    box.suspect = False
-                    # Open the channel now: acquire returns a box that answers, and a
-                    # template without python3 fails here with the agent's reason.
-                    sandbox.ping(timeout=60.0)
-                except BaseException:
-                    if box.sandbox is None:
-                        self._forget(box)
-                    raise
+        self._maintainer.start(self.options.maintenance_interval_s, self.settings.idle_timeout_s)
+        with self._boxes.locked(key) as box:
+            sandbox = box.sandbox
+            if sandbox is not None and not sandbox.closed and box.looks_alive():
                 sandbox.last_used = time.monotonic()
                 return sandbox
+            try:
+                self._ensure_running(box)
+                if sandbox is None or sandbox.closed:
+                    sandbox = self._new_sandbox(box)
+                    box.sandbox = sandbox
+                elif self.options.carrier == "http" and not box.looks_alive():
+                    self._revive_http_agent(box, sandbox)
+                # (stdio: the transport starts a new agent on the next call.)
+                box.suspect = False
+                # Open the channel now: acquire returns a box that answers, and a
+                # template without python3 fails here with the agent's reason.
+                sandbox.ping(timeout=60.0)
+            except BaseException:
+                if box.sandbox is None:
+                    self._boxes.forget(box)
+                raise
+            sandbox.last_used = time.monotonic()
+            return sandbox
 
     def get(self, key: SandboxKey) -> E2BSandbox | None:
-        box = self._box(key)
+        box = self._boxes.box(key)
         with box.lock:
             sandbox = box.sandbox
             if sandbox is not None and not sandbox.closed and box.looks_alive():
@@ -276,7 +251,7 @@ class E2BProvider(SandboxProvider):
             running = [i for i in self._find(key, ["running"]) if self._adoptable(i, key)]
             if not running:
                 if sandbox is None:
-                    self._forget(box)
+                    self._boxes.forget(box)
                 return None
             if box.dead or box.sdk is None or box.e2b_id != running[0].sandbox_id:
                 box.sdk = self._connect(running[0].sandbox_id)
@@ -289,10 +264,10 @@ class E2BProvider(SandboxProvider):
             return sandbox
 
     def release(self, key: SandboxKey) -> None:
-        box = self._box(key)
+        box = self._boxes.box(key)
         with box.lock:
             self._release_locked(box)
-        self._forget(box)
+        self._boxes.forget(box)
 
     def _release_locked(self, box: _Box) -> None:
         self._close_box(box, wait=True)
@@ -308,19 +283,17 @@ class E2BProvider(SandboxProvider):
         box.dead = True
 
     def destroy(self, key: SandboxKey) -> None:
-        box = self._box(key)
+        box = self._boxes.box(key)
         with box.lock:
             self._close_box(box, wait=True)
             self._retire(key, box)
             box.sdk = None
             box.dead = True
-        self._forget(box)
+        self._boxes.forget(box)
 
     def shutdown(self) -> None:
-        self._maintainer_stop.set()
-        with self._lock:
-            boxes = list(self._boxes.values())
-            self._boxes.clear()
+        self._maintainer.stop()
+        boxes = self._boxes.take_all()
         for box in boxes:
             with box.lock:
                 self._close_box(box, wait=True)
@@ -348,22 +321,7 @@ class E2BProvider(SandboxProvider):
             log.warning("shutdown: sandbox %s: %s", info.sandbox_id, exc)
 
     def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
-        cutoff = time.monotonic() - max_idle_s
-        with self._lock:
-            boxes = list(self._boxes.values())
-        reaped = []
-        for box in boxes:
-            sandbox = box.sandbox
-            if sandbox is None or sandbox.closed or sandbox.busy or sandbox.last_used >= cutoff:
-                continue
-            with box.lock:
-                sandbox = box.sandbox
-                if sandbox is None or sandbox.closed or sandbox.busy or sandbox.last_used >= cutoff:
-                    continue
-                self._release_locked(box)
-            self._forget(box)
-            reaped.append(box.key)
-        return reaped
+        return self._boxes.reap_idle(max_idle_s, self._release_locked)
 
     # -- uploads ----------------------------------------------------------------------
 
@@ -381,7 +339,7 @@ class E2BProvider(SandboxProvider):
         host.write_bytes(data)
         virtual = f"{UPLOADS}/{rel}"
         self.acquire(key)
-        box = self._box(key)
+        box = self._boxes.box(key)
         with box.lock:
             if box.sdk is None:
                 raise SandboxError(ErrorCode.UNAVAILABLE, f"sandbox {key.sandbox_id} is gone")
@@ -395,18 +353,6 @@ class E2BProvider(SandboxProvider):
         return virtual
 
     # -- boxes ------------------------------------------------------------------------
-
-    def _box(self, key: SandboxKey) -> _Box:
-        with self._lock:
-            box = self._boxes.get(key)
-            if box is None:
-                box = self._boxes[key] = _Box(key)
-            return box
-
-    def _forget(self, box: _Box) -> None:
-        with self._lock:
-            if self._boxes.get(box.key) is box and box.sandbox is None:
-                del self._boxes[box.key]
 
     def _close_box(self, box: _Box, wait: bool) -> None:
         """Close the sandbox handle and stop its agent (waiting for it before a pause)."""
@@ -786,32 +732,10 @@ class E2BProvider(SandboxProvider):
 
     # -- maintenance ------------------------------------------------------------------------
 
-    def _start_maintainer(self) -> None:
-        interval = self.options.maintenance_interval_s
-        if not interval or (self._maintainer is not None and self._maintainer.is_alive()):
-            return
-        with self._lock:
-            if self._maintainer is not None and self._maintainer.is_alive():
-                return
-            self._maintainer_stop = threading.Event()
-            self._maintainer = threading.Thread(
-                target=self._maintain_loop,
-                args=(self._maintainer_stop, interval),
-                name="sandkit-e2b-maintainer",
-                daemon=True,
-            )
-            self._maintainer.start()
-
-    def _maintain_loop(self, stop: threading.Event, interval: float) -> None:
-        while not stop.wait(interval):
-            try:
-                self.keep_alive()
-                reaped = self.reap_idle(self.settings.idle_timeout_s)
-            except Exception:  # keep going; the service may be back next time
-                log.exception("maintenance failed")
-                continue
-            if reaped:
-                log.info("released %d idle sandbox(es)", len(reaped))
+    def _maintain(self, idle_timeout_s: float) -> list[SandboxKey]:
+        """One maintenance round: extend the timeouts of boxes in use, release idle ones."""
+        self.keep_alive()
+        return self.reap_idle(idle_timeout_s)
 
     def keep_alive(self) -> int:
         """Extend the E2B timeout of every box used since its last extension (or busy).
@@ -819,8 +743,7 @@ class E2BProvider(SandboxProvider):
         `connect` with the configured timeout only ever lengthens a running
         sandbox's timeout, so a longer one set elsewhere is kept.
         """
-        with self._lock:
-            boxes = list(self._boxes.values())
+        boxes = self._boxes.current()
         extended = 0
         for box in boxes:
             sandbox = box.sandbox
@@ -840,6 +763,13 @@ class E2BProvider(SandboxProvider):
                 box.extended_at = started
                 extended += 1
         return extended
+
+
+class _BoxTable(BoxTable[_Box]):
+    def current(self) -> list[_Box]:
+        """Every record, left in the table (for keep-alive, which visits them all)."""
+        with self._lock:
+            return list(self._boxes.values())
 
 
 def _set_suspect(box: _Box) -> None:
