@@ -65,6 +65,11 @@ class BoxTable(Generic[B]):
             if self._boxes.get(box.key) is box and box.sandbox is None:
                 del self._boxes[box.key]
 
+    def current(self) -> list[B]:
+        """Every record, left in the table (for passes that visit them all)."""
+        with self._lock:
+            return list(self._boxes.values())
+
     def take_all(self) -> list[B]:
         """Every record, removed from the table (for shutdown)."""
         with self._lock:

@@ -118,7 +118,7 @@ class E2BProvider(SandboxProvider):
         self.settings = settings or Settings()
         self.options = E2BOptions.from_settings(self.settings)
         self._sandbox_class = sandbox_class
-        self._boxes = _BoxTable(_Box)
+        self._boxes: BoxTable[_Box] = BoxTable(_Box)
         self._maintainer = IdleReaper("sandkit-e2b-maintainer", self._maintain)
 
     # -- the SDK ----------------------------------------------------------------------
@@ -763,13 +763,6 @@ class E2BProvider(SandboxProvider):
                 box.extended_at = started
                 extended += 1
         return extended
-
-
-class _BoxTable(BoxTable[_Box]):
-    def current(self) -> list[_Box]:
-        """Every record, left in the table (for keep-alive, which visits them all)."""
-        with self._lock:
-            return list(self._boxes.values())
 
 
 def _set_suspect(box: _Box) -> None:
