@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sandkit.models import EditResult, ListDirResult, ReadFileResult, WriteResult
-from sandkit.runtime import fileops, safefs
+from sandkit.runtime import fileops, safefs, search
 from sandkit.runtime.context import Context
 from sandkit.runtime.errors import ErrorCode, SandboxError
 from sandkit.runtime.limits import Limits
@@ -580,6 +580,16 @@ def test_list_dir_ignore_set_applies_below_the_root_only(box: Box) -> None:
     (box.ws / "node_modules" / "pkg" / ".git").mkdir()
     assert names(listing(box.ctx, WS, 3)) == ["src", "src/m.py"]
     assert names(listing(box.ctx, WS + "/node_modules")) == ["pkg", "pkg/index.js"]
+
+
+def test_list_dir_hides_exactly_what_glob_hides(box: Box) -> None:
+    # A directory named like an ignored file (`*.pyc`) is hidden by ripgrep's
+    # negation globs, so list_dir and glob must hide it too.
+    (box.ws / "odd.pyc").mkdir()
+    (box.ws / "odd.pyc" / "inside.txt").write_text("")
+    (box.ws / "keep.txt").write_text("")
+    assert names(listing(box.ctx, WS, 3)) == ["keep.txt"]
+    assert search.glob(box.ctx, "**", WS, include_dirs=True)["paths"] == [WS + "/keep.txt"]
 
 
 def test_list_dir_cap_prefers_shallow_entries_and_truncates_only_when_more(box: Box) -> None:

@@ -320,10 +320,8 @@ def _kind(entry: os.DirEntry[str]) -> str:
 
 
 def _ignored(name: str, kind: str) -> bool:
-    if kind == "dir":
+    if kind in ("dir", "symlink"):
         return ignore.is_ignored_dir(name)
-    if kind == "symlink":  # a link named node_modules is still node_modules
-        return ignore.is_ignored_dir(name) or ignore.is_ignored_file(name)
     return ignore.is_ignored_file(name)
 
 

@@ -12,14 +12,13 @@ scanworker.py), so it imports nothing from the package except `ignore`.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import stat
 import time
 from typing import Iterator, List, Optional, Sequence, Set, Tuple, Union
 
-from .ignore import IGNORED_DIR_GLOBS, IGNORED_DIRS, IGNORED_FILE_GLOBS
+from .ignore import is_ignored_dir, is_ignored_file
 
 MAX_PATTERN_CHARS = 4096
 MAX_EXPANSIONS = 256
@@ -466,12 +465,6 @@ def entry_kind(entry: "os.DirEntry[str]") -> str:
 
 
 # The ignore module's name globs as one regex (same meaning as its fnmatchcase calls).
-_IGNORED_FILE_RE = re.compile("|".join(fnmatch.translate(g) for g in IGNORED_FILE_GLOBS))
-_IGNORED_DIR_RE = re.compile(
-    "|".join(fnmatch.translate(g) for g in (*IGNORED_DIR_GLOBS, *IGNORED_FILE_GLOBS))
-)
-
-
 def is_ignored_entry(name: str, kind: str) -> bool:
     """The shared ignore set, applied the way ripgrep applies its `--glob` negations.
 
@@ -479,8 +472,8 @@ def is_ignored_entry(name: str, kind: str) -> bool:
     to keep both grep engines identical.
     """
     if kind in (KIND_FILE, KIND_OTHER):
-        return _IGNORED_FILE_RE.match(name) is not None
-    return name in IGNORED_DIRS or _IGNORED_DIR_RE.match(name) is not None
+        return is_ignored_file(name)
+    return is_ignored_dir(name)
 
 
 class Deadline:

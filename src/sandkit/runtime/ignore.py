@@ -8,6 +8,7 @@ asked about, never to that directory itself, so an agent that names
 from __future__ import annotations
 
 import fnmatch
+import re
 from typing import FrozenSet, Tuple
 
 IGNORED_DIRS: FrozenSet[str] = frozenset(
@@ -51,12 +52,19 @@ IGNORED_DIR_GLOBS: Tuple[str, ...] = ("*.egg-info",)
 IGNORED_FILE_GLOBS: Tuple[str, ...] = ("*.pyc", "*.pyo", ".DS_Store", "Thumbs.db")
 
 
+_FILE_RE = re.compile("|".join(fnmatch.translate(g) for g in IGNORED_FILE_GLOBS))
+# ripgrep's `!*.pyc`-style negations exclude directories of that name too; every
+# operation follows the same rule so grep, glob and list_dir agree.
+_DIR_RE = re.compile("|".join(fnmatch.translate(g) for g in IGNORED_DIR_GLOBS + IGNORED_FILE_GLOBS))
+
+
 def is_ignored_dir(name: str) -> bool:
-    return name in IGNORED_DIRS or any(fnmatch.fnmatchcase(name, g) for g in IGNORED_DIR_GLOBS)
+    """Also the rule for a symlink: a link named node_modules is still node_modules."""
+    return name in IGNORED_DIRS or _DIR_RE.match(name) is not None
 
 
 def is_ignored_file(name: str) -> bool:
-    return any(fnmatch.fnmatchcase(name, g) for g in IGNORED_FILE_GLOBS)
+    return _FILE_RE.match(name) is not None
 
 
 def rg_ignore_globs() -> Tuple[str, ...]:

@@ -61,4 +61,3 @@ class Runtime:
             raise SandboxError(ErrorCode.TOO_LARGE, "%s ran out of memory" % method) from None
         except OSError as exc:
             raise to_sandbox_error(self.context.mapping, exc) from None
-
