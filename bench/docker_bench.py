@@ -23,12 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,32 +36,12 @@ for extra in (ROOT / "src", ROOT / "providers" / "sandkit-docker" / "src"):
         sys.path.insert(0, str(extra))
 
 from sandkit_docker.provider import DockerProvider  # noqa: E402
+from timing import ms, percentiles, timed  # noqa: E402
 
 from sandkit import SandboxKey, Settings  # noqa: E402
 from sandkit.boxes import RG_PATH  # noqa: E402
 
 WORKSPACE = "/mnt/user-data/workspace"
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
-    return {"p50": statistics.median(ordered), "p95": cuts[94], "n": len(ordered)}
-
-
-def timed(fn: Callable[[], Any], n: int, warmup: int = 3) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return samples
-
-
-def ms(value: float) -> str:
-    return f"{value * 1000:.2f} ms"
 
 
 def main() -> int:

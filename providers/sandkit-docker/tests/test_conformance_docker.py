@@ -1,13 +1,16 @@
-"""The Docker provider runs the shared conformance suite, unchanged.
+"""The Docker provider runs the shared conformance suite, unchanged, on both carriers.
 
-One provider and one box serve the whole class (the suite gives every test
-its own directory, so sharing is allowed and keeps the run fast); the
-lifecycle tests make their own keys and therefore their own containers.
+- stdio (default): the agent over a long-lived exec socket;
+- http: every call over HTTP to the agent at the container's IP on the
+  owner's internal network (`network_mode: none` + `carrier: http`).
+
+One provider and one box serve each class (see
+`tests/conformance/shared_box.py`); the lifecycle tests make their own keys
+and therefore their own containers.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,40 +18,45 @@ from typing import Any
 
 import pytest
 from sandkit_docker.provider import DockerProvider
-from tests.conformance import SandboxConformance
+from tests.conformance.shared_box import (
+    SUITE_LIMITS,
+    SharedBoxConformance,
+    host_forbidden,
+    host_seeder,
+)
 from tests.conformance.suite import SeedUpload
 
 from sandkit import SandboxKey, Settings
-from sandkit.config import LimitsSettings
-from sandkit.paths import UPLOADS
-from sandkit.runtime.limits import Limits
-from sandkit.sandbox import Sandbox
 
 pytestmark = pytest.mark.docker
 
 SECRET = "sk-test-4d9e1b7a2c6f-never-print"
-# Small enough that a runaway pattern costs the suite seconds, not half a minute.
-LIMITS = LimitsSettings(search_timeout_s=3.0)
+CARRIERS = ("stdio", "http")
 
 
 @pytest.fixture(scope="module")
-def conformance_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("docker-conformance") / "data"
+def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {c: tmp_path_factory.mktemp(f"docker-{c}-conformance") / "data" for c in CARRIERS}
 
 
 @pytest.fixture(scope="module")
-def shared_provider(
-    conformance_root: Path, options_for: Callable[..., dict[str, Any]]
-) -> Iterator[DockerProvider]:
-    settings = Settings(
-        data_root=conformance_root,
-        secrets=[SECRET],
-        limits=LIMITS,
-        providers={"docker": options_for()},
-    )
-    provider = DockerProvider(settings)
-    yield provider
-    provider.shutdown()
+def providers(
+    roots: dict[str, Path], options_for: Callable[..., dict[str, Any]]
+) -> Iterator[dict[str, DockerProvider]]:
+    made = {
+        carrier: DockerProvider(
+            Settings(
+                data_root=roots[carrier],
+                secrets=[SECRET],
+                limits=SUITE_LIMITS,
+                providers={"docker": options_for(carrier=carrier)},
+            )
+        )
+        for carrier in CARRIERS
+    }
+    yield made
+    for provider in made.values():
+        provider.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -56,49 +64,35 @@ def shared_key() -> SandboxKey:
     return SandboxKey("conformance", f"thread-{uuid.uuid4().hex[:12]}")
 
 
-class TestDockerConformance(SandboxConformance):
-    @pytest.fixture
-    def provider(self, shared_provider: DockerProvider) -> DockerProvider:
-        return shared_provider
+class DockerConformance(SharedBoxConformance):
+    secret = SECRET
+    carrier: str
 
     @pytest.fixture
-    def key(self, shared_key: SandboxKey) -> SandboxKey:
-        return shared_key
+    def provider(self, providers: dict[str, DockerProvider]) -> DockerProvider:
+        return providers[self.carrier]
 
     @pytest.fixture
-    def sandbox(self, provider: DockerProvider, key: SandboxKey) -> Sandbox:
-        # Not released after each test: the next test reuses the running box.
-        return provider.acquire(key)
+    def forbidden_strings(self, roots: dict[str, Path]) -> list[str]:
+        return host_forbidden(roots[self.carrier])
 
     @pytest.fixture
-    def forbidden_strings(self, conformance_root: Path) -> list[str]:
-        return sorted({str(conformance_root), os.path.realpath(conformance_root)})
+    def seed_upload(self, roots: dict[str, Path], key: SandboxKey) -> SeedUpload:
+        return host_seeder(roots[self.carrier], key)
 
-    @pytest.fixture
-    def secret_values(self) -> list[str]:
-        return [SECRET]
 
-    @pytest.fixture
-    def limits(self) -> Limits:
-        return LIMITS.to_limits()
+class TestDockerConformance(DockerConformance):
+    carrier = "stdio"
 
-    @pytest.fixture
-    def seed_upload(self, conformance_root: Path, key: SandboxKey) -> SeedUpload:
-        """Uploads arrive from the platform: straight into the host directory."""
-        uploads = (
-            conformance_root
-            / "users"
-            / key.user_id
-            / "threads"
-            / key.thread_id
-            / "user-data"
-            / "uploads"
-        )
 
-        def seed(rel: str, data: bytes) -> str:
-            host = uploads / rel
-            host.parent.mkdir(parents=True, exist_ok=True)
-            host.write_bytes(data)
-            return f"{UPLOADS}/{rel}"
+class TestDockerHttpConformance(DockerConformance):
+    carrier = "http"
 
-        return seed
+
+def test_the_http_suite_really_runs_over_http(
+    providers: dict[str, DockerProvider], shared_key: SandboxKey
+) -> None:
+    box = providers["http"].acquire(shared_key)
+    pid = box.info()["pid"]
+    argv = box.execute(f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout.split()
+    assert argv[argv.index("--http") + 1] == "0.0.0.0:8765"

@@ -25,14 +25,11 @@ if not API_KEY:
         allow_module_level=True,
     )
 
+from e2b_suite import E2BConformance  # noqa: E402
 from sandkit_e2b.provider import E2BProvider  # noqa: E402
-from tests.conformance import SandboxConformance  # noqa: E402
-from tests.conformance.suite import SeedUpload  # noqa: E402
 
 from sandkit import SandboxKey, Settings  # noqa: E402
 from sandkit.config import LimitsSettings  # noqa: E402
-from sandkit.runtime.limits import Limits  # noqa: E402
-from sandkit.sandbox import Sandbox  # noqa: E402
 
 SECRET = "sk-live-5e0c2b8d4f1a-never-print"
 LIMITS = LimitsSettings(search_timeout_s=5.0)
@@ -40,12 +37,12 @@ OWNER = f"sandkit-live-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="module")
-def live_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def e2b_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("e2b-live") / "data"
 
 
 @pytest.fixture(scope="module")
-def live_provider(live_root: Path) -> Iterator[E2BProvider]:
+def e2b_provider(e2b_root: Path) -> Iterator[E2BProvider]:
     options = {
         "api_key": API_KEY,
         "template": TEMPLATE,
@@ -54,7 +51,7 @@ def live_provider(live_root: Path) -> Iterator[E2BProvider]:
         "timeout_s": 900,
     }
     settings = Settings(
-        data_root=live_root, secrets=[SECRET], limits=LIMITS, providers={"e2b": options}
+        data_root=e2b_root, secrets=[SECRET], limits=LIMITS, providers={"e2b": options}
     )
     provider = E2BProvider(settings)  # the real e2b.Sandbox
     yield provider
@@ -62,38 +59,10 @@ def live_provider(live_root: Path) -> Iterator[E2BProvider]:
 
 
 @pytest.fixture(scope="module")
-def live_key() -> SandboxKey:
+def shared_key() -> SandboxKey:
     return SandboxKey("live", f"thread-{uuid.uuid4().hex[:12]}")
 
 
-class TestE2BLiveConformance(SandboxConformance):
-    @pytest.fixture
-    def provider(self, live_provider: E2BProvider) -> E2BProvider:
-        return live_provider
-
-    @pytest.fixture
-    def key(self, live_key: SandboxKey) -> SandboxKey:
-        return live_key
-
-    @pytest.fixture
-    def sandbox(self, provider: E2BProvider, key: SandboxKey) -> Sandbox:
-        return provider.acquire(key)
-
-    @pytest.fixture
-    def forbidden_strings(self, live_root: Path) -> list[str]:
-        return sorted({str(live_root), os.path.realpath(live_root), "/home/user"})
-
-    @pytest.fixture
-    def secret_values(self) -> list[str]:
-        return [SECRET]
-
-    @pytest.fixture
-    def limits(self) -> Limits:
-        return LIMITS.to_limits()
-
-    @pytest.fixture
-    def seed_upload(self, provider: E2BProvider, key: SandboxKey) -> SeedUpload:
-        def seed(rel: str, data: bytes) -> str:
-            return provider.add_upload(key, rel, data)
-
-        return seed
+class TestE2BLiveConformance(E2BConformance):
+    secret = SECRET
+    suite_limits = LIMITS

@@ -19,34 +19,20 @@ from typing import Any
 import pytest
 from k8s_support import SESSION
 from sandkit_kubernetes.provider import KubernetesProvider
-from tests.conformance import SandboxConformance
+from tests.conformance.shared_box import (
+    SUITE_LIMITS,
+    SharedBoxConformance,
+    host_forbidden,
+    host_seeder,
+)
 from tests.conformance.suite import SeedUpload
 
 from sandkit import SandboxKey, Settings
-from sandkit.config import LimitsSettings
-from sandkit.paths import UPLOADS
-from sandkit.runtime.limits import Limits
-from sandkit.sandbox import Sandbox
 
 pytestmark = pytest.mark.kubernetes
 
 SECRET = "sk-test-8c1d2e3f4a5b-never-print"
-# Small enough that a runaway pattern costs the suite seconds, not half a minute.
-LIMITS = LimitsSettings(search_timeout_s=3.0)
 CLAIM = "sandkit-data"
-
-
-def seeder(root: Path, key: SandboxKey) -> SeedUpload:
-    """Uploads arrive from the platform: straight into the thread's directory on the node."""
-    uploads = root / "users" / key.user_id / "threads" / key.thread_id / "user-data" / "uploads"
-
-    def seed(rel: str, data: bytes) -> str:
-        host = uploads / rel
-        host.parent.mkdir(parents=True, exist_ok=True)
-        host.write_bytes(data)
-        return f"{UPLOADS}/{rel}"
-
-    return seed
 
 
 @pytest.fixture(scope="module")
@@ -113,25 +99,10 @@ def _wait_bound(core: Any, namespace: str, claim: str, timeout_s: float = 90.0) 
     raise AssertionError(f"PersistentVolumeClaim {claim} not bound after {timeout_s:.0f} s")
 
 
-class KubernetesConformance(SandboxConformance):
+class KubernetesConformance(SharedBoxConformance):
     """Shared fixtures; subclasses say which carrier and storage."""
 
-    @pytest.fixture
-    def key(self, shared_key: SandboxKey) -> SandboxKey:
-        return shared_key
-
-    @pytest.fixture
-    def sandbox(self, provider: KubernetesProvider, key: SandboxKey) -> Sandbox:
-        # Not released after each test: the next test reuses the running pod.
-        return provider.acquire(key)
-
-    @pytest.fixture
-    def secret_values(self) -> list[str]:
-        return [SECRET]
-
-    @pytest.fixture
-    def limits(self) -> Limits:
-        return LIMITS.to_limits()
+    secret = SECRET
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +122,7 @@ def stdio_provider(
     settings = Settings(
         data_root=stdio_root,
         secrets=[SECRET],
-        limits=LIMITS,
+        limits=SUITE_LIMITS,
         providers={"kubernetes": options_for(carrier="stdio", storage="hostPath")},
     )
     provider = KubernetesProvider(settings)
@@ -166,7 +137,7 @@ def http_provider(
     settings = Settings(
         data_root=claim_root,
         secrets=[SECRET],
-        limits=LIMITS,
+        limits=SUITE_LIMITS,
         providers={"kubernetes": options_for(carrier="http", storage="pvc", pvc_claim_name=CLAIM)},
     )
     provider = KubernetesProvider(settings)
@@ -181,11 +152,11 @@ class TestKubernetesStdioConformance(KubernetesConformance):
 
     @pytest.fixture
     def forbidden_strings(self, stdio_root: Path) -> list[str]:
-        return sorted({str(stdio_root), os.path.realpath(stdio_root)})
+        return host_forbidden(stdio_root)
 
     @pytest.fixture
     def seed_upload(self, stdio_root: Path, key: SandboxKey) -> SeedUpload:
-        return seeder(stdio_root, key)
+        return host_seeder(stdio_root, key)
 
 
 class TestKubernetesHttpConformance(KubernetesConformance):
@@ -195,8 +166,8 @@ class TestKubernetesHttpConformance(KubernetesConformance):
 
     @pytest.fixture
     def forbidden_strings(self, claim_root: Path) -> list[str]:
-        return sorted({str(claim_root), os.path.realpath(claim_root)})
+        return host_forbidden(claim_root)
 
     @pytest.fixture
     def seed_upload(self, claim_root: Path, key: SandboxKey) -> SeedUpload:
-        return seeder(claim_root, key)
+        return host_seeder(claim_root, key)

@@ -1,6 +1,6 @@
 """E2B provider over the Docker-backed stand-in SDK: carriers, lifecycle, calls per step.
 
-    SANDKIT_TEST_IMAGE=sandkit/base:debian12 python3 providers/sandkit-e2b/bench/e2b_bench.py
+    SANDKIT_TEST_IMAGE=sandkit/base:debian12 python3 bench/e2b_bench.py
 
 The stand-in replaces E2B's control plane with a local Docker engine, so
 the latencies are this machine's, not the cloud's; what carries over to
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -23,36 +22,26 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent.parent
-sys.path[:0] = [str(HERE.parent / "src"), str(HERE.parent / "tests"), str(ROOT / "src"), str(ROOT)]
+ROOT = Path(__file__).resolve().parent.parent
+PROVIDER = ROOT / "providers" / "sandkit-e2b"
+sys.path[:0] = [str(PROVIDER / "src"), str(PROVIDER / "tests"), str(ROOT / "src"), str(ROOT)]
 
 import docker  # noqa: E402
 from e2b_standin import Cloud  # noqa: E402
 from sandkit_e2b.provider import E2BProvider  # noqa: E402
 from tests.docker_support import default_base_image  # noqa: E402
+from timing import percentiles, timed  # noqa: E402
 
 from sandkit import SandboxKey, Settings  # noqa: E402
 
 
-def percentiles(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
+def in_ms(samples: list[float]) -> dict[str, float]:
+    stats = percentiles(samples)
     return {
-        "p50_ms": round(statistics.median(ordered) * 1000, 3),
-        "p95_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))] * 1000, 3),
-        "n": len(ordered),
+        "p50_ms": round(stats["p50"] * 1000, 3),
+        "p95_ms": round(stats["p95"] * 1000, 3),
+        "n": len(samples),
     }
-
-
-def timed(fn: Callable[[], Any], n: int, warmup: int = 10) -> dict[str, float]:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return percentiles(samples)
 
 
 class Bench:
@@ -95,8 +84,8 @@ def carrier_numbers(bench: Bench, carrier: str, reads: int, execs: int) -> dict[
     box = provider.acquire(SandboxKey("bench", carrier))
     box.write_file("small.txt", "".join(f"line {i}\n" for i in range(20)))
     out: dict[str, Any] = {
-        "read_file": timed(lambda: box.read_file("small.txt"), reads),
-        "execute_true": timed(lambda: box.execute("true"), execs),
+        "read_file": in_ms(timed(lambda: box.read_file("small.txt"), reads, warmup=10)),
+        "execute_true": in_ms(timed(lambda: box.execute("true"), execs, warmup=10)),
     }
     # 16 threads x 25 reads on one sandbox: wall time, and stdin calls per request.
     before = bench.cloud.calls["commands.send_stdin"]
@@ -131,8 +120,7 @@ def lifecycle_numbers(bench: Bench, rounds: int) -> dict[str, Any]:
         record("acquire a paused sandbox (resume)", partial(second.acquire, key))
         record("destroy (sync back + kill)", partial(second.destroy, key))
     return {
-        name: {**percentiles(samples), "service_calls": calls[name]}
-        for name, samples in steps.items()
+        name: {**in_ms(samples), "service_calls": calls[name]} for name, samples in steps.items()
     }
 
 

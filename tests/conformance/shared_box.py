@@ -1,0 +1,71 @@
+"""Fixtures for a provider that hands one running box to a whole test class.
+
+The suite gives every test its own directory, so one box may serve a class
+(that keeps container and pod suites fast); the lifecycle tests make their
+own keys and therefore their own boxes. A subclass supplies `provider`,
+`shared_key`, `forbidden_strings`, `seed_upload` and the `secret` it
+configured; `host_seeder` and `host_forbidden` cover providers whose thread
+data lives in host directories.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from sandkit import SandboxKey
+from sandkit.config import LimitsSettings
+from sandkit.paths import UPLOADS
+from sandkit.provider import SandboxProvider
+from sandkit.runtime.limits import Limits
+from sandkit.sandbox import Sandbox
+
+from . import SandboxConformance
+from .suite import SeedUpload
+
+# Small enough that a runaway pattern costs the suite seconds, not half a minute.
+SUITE_LIMITS = LimitsSettings(search_timeout_s=3.0)
+
+
+def host_forbidden(data_root: Path) -> list[str]:
+    """The host data root, in both spellings, must never come back."""
+    return sorted({str(data_root), os.path.realpath(data_root)})
+
+
+def host_seeder(data_root: Path, key: SandboxKey) -> SeedUpload:
+    """Uploads arrive from the platform: straight into the thread's host directory."""
+    uploads = data_root / "users" / key.user_id / "threads" / key.thread_id / "user-data"
+    uploads = uploads / "uploads"
+
+    def seed(rel: str, data: bytes) -> str:
+        host = uploads / rel
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_bytes(data)
+        return f"{UPLOADS}/{rel}"
+
+    return seed
+
+
+class SharedBoxConformance(SandboxConformance):
+    secret: ClassVar[str]
+    suite_limits: ClassVar[LimitsSettings] = SUITE_LIMITS
+
+    @pytest.fixture
+    def key(self, shared_key: SandboxKey) -> SandboxKey:
+        return shared_key
+
+    @pytest.fixture
+    def sandbox(self, provider: SandboxProvider, key: SandboxKey) -> Sandbox:
+        # Not released after each test: the next test reuses the running box.
+        return provider.acquire(key)
+
+    @pytest.fixture
+    def secret_values(self) -> list[str]:
+        return [self.secret]
+
+    @pytest.fixture
+    def limits(self) -> Limits:
+        return self.suite_limits.to_limits()
