@@ -3,7 +3,7 @@
 The suite gives every test its own directory, so one box may serve a class
 (that keeps container and pod suites fast); the lifecycle tests make their
 own keys and therefore their own boxes. A subclass supplies `provider`,
-`shared_key`, `forbidden_strings`, `seed_upload` and the `secret` it
+`shared_key`, `forbidden_strings`, `seed_upload` and the `configured_secret` it
 configured; `host_seeder` and `host_forbidden` cover providers whose thread
 data lives in host directories.
 """
@@ -50,7 +50,7 @@ def host_seeder(data_root: Path, key: SandboxKey) -> SeedUpload:
 
 
 class SharedBoxConformance(SandboxConformance):
-    secret: ClassVar[str]
+    configured_secret: ClassVar[str]
     suite_limits: ClassVar[LimitsSettings] = SUITE_LIMITS
 
     @pytest.fixture
@@ -64,7 +64,7 @@ class SharedBoxConformance(SandboxConformance):
 
     @pytest.fixture
     def secret_values(self) -> list[str]:
-        return [self.secret]
+        return [self.configured_secret]
 
     @pytest.fixture
     def limits(self) -> Limits:

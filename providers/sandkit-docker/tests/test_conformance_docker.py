@@ -65,7 +65,7 @@ def shared_key() -> SandboxKey:
 
 
 class DockerConformance(SharedBoxConformance):
-    secret = SECRET
+    configured_secret = SECRET
     carrier: str
 
     @pytest.fixture

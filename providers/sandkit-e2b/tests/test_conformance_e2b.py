@@ -53,4 +53,4 @@ def shared_key() -> SandboxKey:
 
 
 class TestE2BConformance(E2BConformance):
-    secret = SECRET
+    configured_secret = SECRET

@@ -64,5 +64,5 @@ def shared_key() -> SandboxKey:
 
 
 class TestE2BLiveConformance(E2BConformance):
-    secret = SECRET
+    configured_secret = SECRET
     suite_limits = LIMITS

@@ -11,6 +11,7 @@ lifecycle tests make their own keys and therefore their own pods.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -81,28 +82,23 @@ def claim_root(
 
 def _wait_bound(core: Any, namespace: str, claim: str, timeout_s: float = 90.0) -> None:
     """The PV controller binds on its own schedule (up to its resync period, 15 s);
-    a pod created before that is unschedulable, so tests start after the bind."""
-    from kubernetes import watch
+    a pod created before that is unschedulable, so tests start after the bind.
 
-    if core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound":
-        return
-    stream = watch.Watch()
-    for event in stream.stream(
-        core.list_namespaced_persistent_volume_claim,
-        namespace,
-        field_selector=f"metadata.name={claim}",
-        timeout_seconds=int(timeout_s),
-    ):
-        if event["object"].status.phase == "Bound":
-            stream.stop()
+    Polled, not watched: a watch opened right after the create can be refused
+    with 504 "Too large resource version" while the watch cache catches up.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound":
             return
+        time.sleep(0.2)
     raise AssertionError(f"PersistentVolumeClaim {claim} not bound after {timeout_s:.0f} s")
 
 
 class KubernetesConformance(SharedBoxConformance):
     """Shared fixtures; subclasses say which carrier and storage."""
 
-    secret = SECRET
+    configured_secret = SECRET
 
 
 @pytest.fixture(scope="module")
