@@ -7,6 +7,7 @@ too); this module knows the host data layout and builds mappings from it.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from .config import Settings
@@ -76,6 +77,22 @@ class ThreadLayout:
         for name in USER_DATA_DIRS:
             (self.user_data_dir / name).mkdir(parents=True, exist_ok=True)
 
+    def hand_over(self, uid: int, gid: int) -> bool:
+        """Give the thread's own directories to the box's uid:gid.
+
+        A whole tree is chowned only the first time (a top directory already
+        owned by uid:gid is left alone). False when this process may not chown.
+        """
+        for name in USER_DATA_DIRS:
+            top = self.user_data_dir / name
+            try:
+                info = top.stat()
+                if (info.st_uid, info.st_gid) != (uid, gid):
+                    _chown_tree(top, uid, gid)
+            except PermissionError:
+                return False
+        return True
+
     def host_mapping(self) -> PathMapping:
         """Mapping for operations run on this host (local provider)."""
         return PathMapping(self.mounts, WORKSPACE, hidden_roots=(str(self.data_root),))
@@ -85,3 +102,10 @@ class ThreadLayout:
         return PathMapping(
             [Mount(m.virtual, m.virtual, m.read_only) for m in self.mounts], WORKSPACE
         )
+
+
+def _chown_tree(top: Path, uid: int, gid: int) -> None:
+    os.chown(top, uid, gid, follow_symlinks=False)
+    for root, dirs, files in os.walk(top):
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)

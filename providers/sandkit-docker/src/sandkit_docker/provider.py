@@ -17,7 +17,6 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -37,7 +36,7 @@ from sandkit.boxes import (
 from sandkit.boxtable import BoxTable
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
-from sandkit.paths import USER_DATA_DIRS, ThreadLayout
+from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey, SandboxProvider
 from sandkit.remote import agent_config as make_agent_config
 from sandkit.streams import ByteStream
@@ -495,23 +494,14 @@ class DockerProvider(SandboxProvider):
         if not self.options.chown_thread_dirs:
             return
         uid, gid = self.options.uid, self.options.gid
-        for name in USER_DATA_DIRS:
-            top = layout.user_data_dir / name
-            try:
-                info = top.stat()
-                if (info.st_uid, info.st_gid) != (uid, gid):
-                    # First use by a container (or used by the local provider
-                    # before): hand the whole tree over once.
-                    _chown_tree(top, uid, gid)
-            except PermissionError:
-                log.warning(
-                    "cannot chown the thread dirs of %s to %d:%d; the container may not be "
-                    "able to write them (run as root or as that uid, or set user)",
-                    layout.key,
-                    uid,
-                    gid,
-                )
-                return
+        if not layout.hand_over(uid, gid):
+            log.warning(
+                "cannot chown the thread dirs of %s to %d:%d; the container may not be able to "
+                "write them (run as root or as that uid, or set user)",
+                layout.key,
+                uid,
+                gid,
+            )
 
     # -- agent channel ------------------------------------------------------------------
 
@@ -690,10 +680,3 @@ def _split_image(image: str) -> tuple[str, str]:
     if name and "/" not in tag:
         return name, tag
     return image, "latest"
-
-
-def _chown_tree(top: Path, uid: int, gid: int) -> None:
-    os.chown(top, uid, gid, follow_symlinks=False)
-    for root, dirs, files in os.walk(top):
-        for name in dirs + files:
-            os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)

@@ -20,7 +20,6 @@ import os
 import secrets
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from sandkit.agent import protocol as p
@@ -29,7 +28,7 @@ from sandkit.boxes import build_payload as _build_payload
 from sandkit.boxtable import BoxTable
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
-from sandkit.paths import USER_DATA_DIRS, ThreadLayout
+from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey, SandboxProvider
 from sandkit.remote import agent_config as make_agent_config
 from sandkit.streams import ByteStream
@@ -659,21 +658,14 @@ class KubernetesProvider(SandboxProvider):
                     f"the host directory behind {mount.virtual} does not exist",
                 )
         uid, gid = self.options.uid, self.options.gid
-        for name in USER_DATA_DIRS:
-            top = layout.user_data_dir / name
-            try:
-                info = top.stat()
-                if (info.st_uid, info.st_gid) != (uid, gid):
-                    _chown_tree(top, uid, gid)
-            except PermissionError:
-                log.warning(
-                    "cannot chown the thread dirs of %s to %d:%d; the pod may not be able to "
-                    "write them (run as root or as that uid)",
-                    layout.key,
-                    uid,
-                    gid,
-                )
-                return
+        if not layout.hand_over(uid, gid):
+            log.warning(
+                "cannot chown the thread dirs of %s to %d:%d; the pod may not be able to "
+                "write them (run as root or as that uid)",
+                layout.key,
+                uid,
+                gid,
+            )
 
     # -- agent ----------------------------------------------------------------------------
 
@@ -828,13 +820,6 @@ def _terminated_reason(status: Any) -> str:
                 f"({terminated.reason or ''}: {terminated.message or ''})"
             )
     return "unknown reason"
-
-
-def _chown_tree(top: Path, uid: int, gid: int) -> None:
-    os.chown(top, uid, gid, follow_symlinks=False)
-    for root, dirs, files in os.walk(top):
-        for name in dirs + files:
-            os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
 
 
 __all__ = ["KubernetesProvider", "KubernetesSandbox", "api_message"]
