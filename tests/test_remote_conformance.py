@@ -10,7 +10,6 @@ per key.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +17,8 @@ import pytest
 
 from sandkit import SandboxKey
 from sandkit.config import LimitsSettings, Settings
-from sandkit.local import build_context
+from sandkit.local import LocalProvider, build_context
 from sandkit.paths import UPLOADS, ThreadLayout
-from sandkit.provider import SandboxProvider
 from sandkit.remote import RemoteSandbox
 from sandkit.runtime.context import Context
 from sandkit.runtime.limits import Limits
@@ -38,48 +36,15 @@ LIMITS = LimitsSettings(search_timeout_s=3.0)
 SHARED_KEY = SandboxKey("agent-user", "agent-thread")
 
 
-class AgentProcessProvider(SandboxProvider):
-    """One local agent process per key, spoken to over stdio."""
+class AgentProcessProvider(LocalProvider):
+    """The local provider's bookkeeping, but each key's runtime is a local agent
+    process spoken to over stdio."""
 
     name = "agent-process"
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._rg = find_rg()
-        self._lock = threading.Lock()
-        self._active: dict[SandboxKey, RemoteSandbox] = {}
-
-    def acquire(self, key: SandboxKey) -> RemoteSandbox:
-        with self._lock:
-            sandbox = self._active.get(key)
-            if sandbox is None:
-                layout = ThreadLayout.for_key(self.settings, key)
-                layout.create_dirs()
-                context = build_context(self.settings, layout, self._rg)
-                transport = StdioTransport(agent_opener(), config_of(context))
-                sandbox = RemoteSandbox(transport, key.sandbox_id, limits=context.limits)
-                self._active[key] = sandbox
-            return sandbox
-
-    def get(self, key: SandboxKey) -> RemoteSandbox | None:
-        with self._lock:
-            return self._active.get(key)
-
-    def release(self, key: SandboxKey) -> None:
-        with self._lock:
-            sandbox = self._active.pop(key, None)
-        if sandbox is not None:
-            sandbox.close()
-
-    def destroy(self, key: SandboxKey) -> None:
-        self.release(key)
-
-    def shutdown(self) -> None:
-        with self._lock:
-            sandboxes = list(self._active.values())
-            self._active.clear()
-        for sandbox in sandboxes:
-            sandbox.close()
+    def _open(self, key: SandboxKey, context: Context) -> RemoteSandbox:  # type: ignore[override]
+        transport = StdioTransport(agent_opener(), config_of(context))
+        return RemoteSandbox(transport, key.sandbox_id, limits=context.limits)
 
 
 def host_seed(data_root: Path, key: SandboxKey) -> SeedUpload:

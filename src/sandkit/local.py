@@ -68,11 +68,14 @@ class LocalProvider(SandboxProvider):
             if sandbox is None:
                 layout = ThreadLayout.for_key(self.settings, key)
                 layout.create_dirs()
-                context = build_context(self.settings, layout, self._rg_path)
-                sandbox = LocalSandbox(key, Runtime(context))
+                sandbox = self._open(key, build_context(self.settings, layout, self._rg_path))
                 self._active[key] = sandbox
             sandbox.last_used = time.monotonic()
             return sandbox
+
+    def _open(self, key: SandboxKey, context: Context) -> LocalSandbox:
+        """The sandbox over a thread's context; a subclass may run it elsewhere."""
+        return LocalSandbox(key, Runtime(context))
 
     def get(self, key: SandboxKey) -> LocalSandbox | None:
         with self._lock:
