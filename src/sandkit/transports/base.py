@@ -52,3 +52,51 @@ def timed_out(method: str, timeout: float) -> SandboxError:
 class TransportClosed(SandboxError):
     def __init__(self) -> None:
         super().__init__(ErrorCode.UNAVAILABLE, "the connection to the agent was closed")
+
+
+class SwitchingTransport(Transport):
+    """A sandbox's view of its box's current HTTP transport, which the provider swaps
+    when the agent or the box restarts (new token, new IP).
+
+    A subclass says which transport is current and what an unreachable agent
+    marks as down; a down box stays `UNAVAILABLE` until the next `acquire`.
+    """
+
+    def __init__(self) -> None:
+        self._closed = False
+
+    @abc.abstractmethod
+    def _live(self) -> Transport:
+        """The current transport, or raise `UNAVAILABLE` when there is none."""
+
+    @abc.abstractmethod
+    def _mark_down(self, transport: Transport) -> None:
+        """`transport` could not reach its agent."""
+
+    def _current(self) -> Transport:
+        if self._closed:
+            raise TransportClosed()
+        return self._live()
+
+    def _check(self, transport: Transport, exc: SandboxError) -> None:
+        if exc.code is ErrorCode.UNAVAILABLE:
+            self._mark_down(transport)
+
+    def call(self, method: str, params: dict[str, Any], timeout: float) -> Any:
+        transport = self._current()
+        try:
+            return transport.call(method, params, timeout)
+        except SandboxError as exc:
+            self._check(transport, exc)
+            raise
+
+    async def acall(self, method: str, params: dict[str, Any], timeout: float) -> Any:
+        transport = self._current()
+        try:
+            return await transport.acall(method, params, timeout)
+        except SandboxError as exc:
+            self._check(transport, exc)
+            raise
+
+    def close(self) -> None:
+        self._closed = True  # the provider owns the underlying transport and closes it

@@ -29,7 +29,7 @@ from typing import Any
 
 from sandkit.boxes import AGENT_DIR, AGENT_PATH
 from sandkit.errors import ErrorCode, SandboxError
-from sandkit.transports.base import Transport, TransportClosed
+from sandkit.transports.base import SwitchingTransport, Transport
 from sandkit.transports.http import HttpTransport
 
 RUN_DIR = f"{AGENT_DIR}/run"
@@ -99,7 +99,7 @@ class AgentSlot:
             old.close()
 
 
-class SlotTransport(Transport):
+class SlotTransport(SwitchingTransport):
     """A sandbox's view of its box's agent, which changes when the agent restarts.
 
     An agent that cannot be reached makes this call and every later one
@@ -108,13 +108,11 @@ class SlotTransport(Transport):
     """
 
     def __init__(self, slot: AgentSlot, sandbox_id: str) -> None:
+        super().__init__()
         self._slot = slot
         self._sandbox_id = sandbox_id
-        self._closed = False
 
-    def _current(self) -> HttpTransport:
-        if self._closed:
-            raise TransportClosed()
+    def _live(self) -> HttpTransport:
         transport = self._slot.transport
         if transport is None or self._slot.down:
             raise SandboxError(
@@ -123,28 +121,9 @@ class SlotTransport(Transport):
             )
         return transport
 
-    def _check(self, transport: HttpTransport, exc: SandboxError) -> None:
-        if exc.code is ErrorCode.UNAVAILABLE and self._slot.transport is transport:
+    def _mark_down(self, transport: Transport) -> None:
+        if self._slot.transport is transport:
             self._slot.down = True
-
-    def call(self, method: str, params: dict[str, Any], timeout: float) -> Any:
-        transport = self._current()
-        try:
-            return transport.call(method, params, timeout)
-        except SandboxError as exc:
-            self._check(transport, exc)
-            raise
-
-    async def acall(self, method: str, params: dict[str, Any], timeout: float) -> Any:
-        transport = self._current()
-        try:
-            return await transport.acall(method, params, timeout)
-        except SandboxError as exc:
-            self._check(transport, exc)
-            raise
-
-    def close(self) -> None:
-        self._closed = True  # the box owns the HttpTransport and closes it
 
 
 def make_token(container_id: str, secret: str | None) -> str:

@@ -32,7 +32,7 @@ from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey, SandboxProvider
 from sandkit.remote import agent_config as make_agent_config
 from sandkit.streams import ByteStream
-from sandkit.transports.base import Transport, TransportClosed
+from sandkit.transports.base import SwitchingTransport, Transport
 from sandkit.transports.http import HttpTransport
 from sandkit.transports.stdio import StdioTransport
 
@@ -100,16 +100,14 @@ class _Box:
         return stream is not None and not stream.at_eof
 
 
-class _BoxHttpTransport(Transport):
+class _BoxHttpTransport(SwitchingTransport):
     """The sandbox's view of its box's HTTP transport, which changes with the pod (new IP)."""
 
     def __init__(self, box: _Box) -> None:
+        super().__init__()
         self._box = box
-        self._closed = False
 
-    def _current(self) -> HttpTransport:
-        if self._closed:
-            raise TransportClosed()
+    def _live(self) -> HttpTransport:
         transport = self._box.http
         if transport is None or self._box.dead:
             raise SandboxError(
@@ -118,29 +116,10 @@ class _BoxHttpTransport(Transport):
             )
         return transport
 
-    def call(self, method: str, params: dict[str, Any], timeout: float) -> Any:
-        transport = self._current()
-        try:
-            return transport.call(method, params, timeout)
-        except SandboxError as exc:
-            self._check(transport, exc)
-            raise
-
-    async def acall(self, method: str, params: dict[str, Any], timeout: float) -> Any:
-        transport = self._current()
-        try:
-            return await transport.acall(method, params, timeout)
-        except SandboxError as exc:
-            self._check(transport, exc)
-            raise
-
-    def _check(self, transport: HttpTransport, exc: SandboxError) -> None:
+    def _mark_down(self, transport: Transport) -> None:
         # The agent (or its pod) is unreachable: make the next acquire look again.
-        if exc.code is ErrorCode.UNAVAILABLE and self._box.http is transport:
+        if self._box.http is transport:
             self._box.dead = True
-
-    def close(self) -> None:
-        self._closed = True
 
 
 class KubernetesProvider(SandboxProvider):
