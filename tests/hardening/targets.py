@@ -1,0 +1,282 @@
+"""The providers the hardening suite attacks, each built the way its own tests build it.
+
+A `Target` knows how to make a provider of its kind on a data root, how to list
+the boxes of ours that exist (running or not), and how to kill a box out from
+under the provider (a crashed container, an evicted pod). Local has no box:
+its "boxes" are the sandboxes the provider still tracks, and it cannot be
+killed from outside (`can_kill_box` is False).
+
+Docker and Kubernetes are real (a local engine, the dev cluster); E2B runs over
+the Docker-backed stand-in of `providers/sandkit-e2b/tests/e2b_standin.py`,
+because the E2B cloud is not reachable here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sandkit import SandboxKey, Settings
+from sandkit.config import LimitsSettings
+from sandkit.provider import SandboxProvider
+
+ROOT = Path(__file__).resolve().parents[2]
+for _name, _dist in (
+    ("sandkit_docker", "sandkit-docker"),
+    ("sandkit_kubernetes", "sandkit-kubernetes"),
+    ("sandkit_e2b", "sandkit-e2b"),
+):
+    if importlib.util.find_spec(_name) is None:  # not installed: run from the tree
+        sys.path.insert(0, str(ROOT / "providers" / _dist / "src"))
+for _tests in ("sandkit-kubernetes", "sandkit-e2b"):  # k8s_support, e2b_standin
+    _path = str(ROOT / "providers" / _tests / "tests")
+    if _path not in sys.path:
+        sys.path.append(_path)
+
+KINDS = ("local", "docker", "kubernetes", "e2b")
+
+SESSION = uuid.uuid4().hex[:10]
+SESSION_LABEL = "sandkit.test-session"
+OWNER = f"hard-{SESSION}"
+NAMESPACE = f"sandkit-hardening-{SESSION}"
+
+# Configured on every provider; the secrets tests look for it everywhere.
+SECRET = "sk-hardening-5e1f0c9a7d3b-never-print"
+# A runaway pattern costs seconds, not the default half minute.
+LIMITS = LimitsSettings(search_timeout_s=3.0)
+
+API_KEY = "e2b_standin_hardening_key"  # the stand-in accepts any key
+
+Factory = Callable[..., SandboxProvider]
+
+
+@dataclasses.dataclass
+class Target:
+    """One provider kind, ready to build providers and to inspect what they left behind."""
+
+    kind: str
+    build: Callable[[Settings, dict[str, Any]], SandboxProvider]
+    list_boxes: Callable[[SandboxProvider], list[str]]
+    kill: Callable[[SandboxKey], None] | None = None
+    isolates_execute: bool = True  # False for local: commands run on the host
+    cleanup: Callable[[], None] = lambda: None
+
+    @property
+    def can_kill_box(self) -> bool:
+        return self.kill is not None
+
+    def make(
+        self,
+        data_root: Path,
+        *,
+        secrets: list[str] | None = None,
+        limits: LimitsSettings = LIMITS,
+        options: dict[str, Any] | None = None,
+        **settings: Any,
+    ) -> SandboxProvider:
+        """A provider of this kind with execute on and the hardening secret configured."""
+        fields: dict[str, Any] = {
+            "data_root": data_root,
+            "execute_enabled": True,
+            "secrets": [SECRET] if secrets is None else secrets,
+            "limits": limits,
+            **settings,
+        }
+        return self.build(Settings(**fields), dict(options or {}))
+
+    def boxes(self, provider: SandboxProvider) -> list[str]:
+        """Our boxes that still exist (any state): what must be empty after shutdown."""
+        return self.list_boxes(provider)
+
+    def kill_box(self, key: SandboxKey) -> None:
+        assert self.kill is not None, f"{self.kind} has no box to kill"
+        self.kill(key)
+
+
+def forbidden_for(data_root: Path) -> list[str]:
+    """The host data root, in both spellings, must never come back."""
+    return sorted({str(data_root), os.path.realpath(data_root)})
+
+
+# -- local ---------------------------------------------------------------------------
+
+
+def local_target() -> Target:
+    from sandkit.local import LocalProvider
+
+    def build(settings: Settings, options: dict[str, Any]) -> SandboxProvider:
+        assert not options, f"the local provider takes no options: {options}"
+        return LocalProvider(settings)
+
+    def boxes(provider: SandboxProvider) -> list[str]:
+        assert isinstance(provider, LocalProvider)
+        with provider._lock:
+            return [key.sandbox_id for key in provider._active]
+
+    return Target("local", build, boxes, kill=None, isolates_execute=False)
+
+
+# -- docker --------------------------------------------------------------------------
+
+
+def docker_target() -> Target:
+    from sandkit_docker.provider import DockerProvider
+
+    from tests.docker_support import default_base_image, require_docker, require_image
+
+    client = require_docker()
+    image = os.environ.get("SANDKIT_TEST_IMAGE") or default_base_image()
+    require_image(image)
+
+    def build(settings: Settings, options: dict[str, Any]) -> SandboxProvider:
+        merged = {
+            "image": image,
+            "pull": "never",
+            "owner": OWNER,
+            "labels": {SESSION_LABEL: SESSION},
+            "reap_interval_s": 0,
+            **options,
+        }
+        return DockerProvider(settings.model_copy(update={"providers": {"docker": merged}}))
+
+    def boxes(provider: SandboxProvider) -> list[str]:
+        owner = getattr(getattr(provider, "options", None), "owner", OWNER)
+        found = client.containers.list(all=True, filters={"label": f"sandkit.owner={owner}"})
+        return [c.name for c in found]
+
+    def kill(key: SandboxKey) -> None:
+        for container in client.containers.list(
+            filters={"label": f"sandkit.sandbox-id={key.sandbox_id}"}
+        ):
+            container.kill()
+
+    def cleanup() -> None:
+        for container in client.containers.list(
+            all=True, filters={"label": f"{SESSION_LABEL}={SESSION}"}
+        ):
+            with contextlib.suppress(Exception):
+                container.remove(force=True, v=True)
+        with contextlib.suppress(Exception):
+            client.volumes.prune(filters={"label": f"{SESSION_LABEL}={SESSION}"})
+        with contextlib.suppress(Exception):
+            client.networks.prune(filters={"label": f"{SESSION_LABEL}={SESSION}"})
+
+    return Target("docker", build, boxes, kill=kill, cleanup=cleanup)
+
+
+# -- kubernetes ----------------------------------------------------------------------
+
+
+def kubernetes_target() -> Target:
+    from k8s_support import require_cluster, require_image, sandbox_image
+    from kubernetes import client as k8s
+    from sandkit_kubernetes.provider import KubernetesProvider
+
+    kubeconfig, core = require_cluster()
+    image = sandbox_image()
+    require_image(core, image)
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NAMESPACE)))
+
+    def build(settings: Settings, options: dict[str, Any]) -> SandboxProvider:
+        merged = {
+            "image": image,
+            "image_pull_policy": "Never",
+            "kubeconfig": kubeconfig,
+            "namespace": NAMESPACE,
+            "owner": OWNER,
+            "labels": {SESSION_LABEL: SESSION},
+            "reap_interval_s": 0,
+            # Fifty boxes must fit on one two-core dev node.
+            "resources": {
+                "requests": {"cpu": "10m", "memory": "32Mi"},
+                "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "1Gi"},
+            },
+            **options,
+        }
+        return KubernetesProvider(
+            settings.model_copy(update={"providers": {"kubernetes": merged}})
+        )
+
+    def boxes(provider: SandboxProvider) -> list[str]:
+        owner = getattr(getattr(provider, "options", None), "owner", OWNER)
+        pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"sandkit.owner={owner}")
+        return [p.metadata.name for p in pods.items]
+
+    def kill(key: SandboxKey) -> None:
+        pods = core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"sandkit.sandbox-id={key.sandbox_id}"
+        )
+        for pod in pods.items:
+            core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
+
+    def cleanup() -> None:
+        with contextlib.suppress(Exception):
+            core.delete_collection_namespaced_pod(
+                NAMESPACE, label_selector=f"{SESSION_LABEL}={SESSION}", grace_period_seconds=0
+            )
+        with contextlib.suppress(Exception):
+            core.delete_namespace(NAMESPACE)
+
+    return Target("kubernetes", build, boxes, kill=kill, cleanup=cleanup)
+
+
+# -- e2b (stand-in) ------------------------------------------------------------------
+
+
+def e2b_target() -> Target:
+    from e2b_standin import LABEL_ID, META_PREFIX, Cloud
+    from sandkit_e2b.provider import E2BProvider
+
+    from tests.docker_support import default_base_image, require_docker, require_image
+
+    client = require_docker()
+    image = os.environ.get("SANDKIT_TEST_IMAGE") or default_base_image()
+    require_image(image)
+    cloud = Cloud(client, {"base": image}, SESSION)
+
+    def build(settings: Settings, options: dict[str, Any]) -> SandboxProvider:
+        merged = {
+            "api_key": API_KEY,
+            "owner": OWNER,
+            "maintenance_interval_s": 0,
+            "shutdown": "kill",
+            **options,
+        }
+        return E2BProvider(
+            settings.model_copy(update={"providers": {"e2b": merged}}),
+            sandbox_class=cloud.sandbox_class(),
+        )
+
+    def boxes(provider: SandboxProvider) -> list[str]:
+        """What the service lists for our owner, running or paused."""
+        from e2b import SandboxQuery
+
+        query = SandboxQuery(metadata={"sandkit.owner": OWNER})
+        pages = cloud.sandbox_class().list(query=query, api_key=API_KEY)
+        found: list[str] = []
+        while pages.has_next:
+            found.extend(info.sandbox_id for info in pages.next_items())
+        return found
+
+    def kill(key: SandboxKey) -> None:
+        """The service kills the sandbox (a crash, an expiry)."""
+        for container in cloud.containers(all_states=False):
+            if container.labels.get(META_PREFIX + "sandkit.sandbox-id") == key.sandbox_id:
+                cloud.do_kill(container.labels[LABEL_ID])
+
+    return Target("e2b", build, boxes, kill=kill, cleanup=cloud.remove_all)
+
+
+BUILDERS: dict[str, Callable[[], Target]] = {
+    "local": local_target,
+    "docker": docker_target,
+    "kubernetes": kubernetes_target,
+    "e2b": e2b_target,
+}
