@@ -469,6 +469,9 @@ evictionHard:
   nodefs.inodesFree: "1%"
   imagefs.available: "1%"
 maxPods: 110
+# A fork bomb in one pod must not use up the node's PIDs (pid_max is 32768 here): the same
+# bound the Docker provider sets with pids_limit.
+podPidsLimit: 256
 # No KUBE-FIREWALL/KUBE-IPTABLES-HINT chains: nothing here needs them, and down.sh would have
 # to undo them.
 makeIPTablesUtilChains: false
