@@ -52,14 +52,14 @@ class Figures:
             self._values[provider][metric] = value
 
     def table(self) -> str:
-        providers = sorted(self._values, key=lambda p: (p not in ORDER, ORDER.index(p) if p in ORDER else 0, p))
+        providers = sorted(self._values, key=_order)
         if not providers:
             return ""
         lines = ["| figure | " + " | ".join(providers) + " |"]
         lines.append("|---|" + "---|" * len(providers))
         for metric, label in METRICS.items():
             cells = [_fmt(self._values[p].get(metric)) for p in providers]
-            if any(cell != "–" for cell in cells):
+            if any(cell != "-" for cell in cells):
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
@@ -72,9 +72,13 @@ class Figures:
 ORDER = ["local", "docker", "kubernetes", "e2b"]
 
 
+def _order(provider: str) -> tuple[int, str]:
+    return (ORDER.index(provider) if provider in ORDER else len(ORDER), provider)
+
+
 def _fmt(value: float | None) -> str:
     if value is None:
-        return "–"
+        return "-"
     return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
 
 

@@ -42,7 +42,8 @@ for _tests in ("sandkit-kubernetes", "sandkit-e2b"):  # k8s_support, e2b_standin
 
 KINDS = ("local", "docker", "kubernetes", "e2b")
 
-SESSION = uuid.uuid4().hex[:10]
+# A provider process started by a test (to be killed and restarted) shares the session.
+SESSION = os.environ.get("SANDKIT_HARDENING_SESSION") or uuid.uuid4().hex[:10]
 SESSION_LABEL = "sandkit.test-session"
 OWNER = f"hard-{SESSION}"
 NAMESPACE = f"sandkit-hardening-{SESSION}"
@@ -182,7 +183,11 @@ def kubernetes_target() -> Target:
     kubeconfig, core = require_cluster()
     image = sandbox_image()
     require_image(core, image)
-    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NAMESPACE)))
+    try:
+        core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NAMESPACE)))
+    except k8s.ApiException as exc:
+        if exc.status != 409:  # 409: a provider process of this session made it already
+            raise
 
     def build(settings: Settings, options: dict[str, Any]) -> SandboxProvider:
         merged = {
@@ -200,9 +205,7 @@ def kubernetes_target() -> Target:
             },
             **options,
         }
-        return KubernetesProvider(
-            settings.model_copy(update={"providers": {"kubernetes": merged}})
-        )
+        return KubernetesProvider(settings.model_copy(update={"providers": {"kubernetes": merged}}))
 
     def boxes(provider: SandboxProvider) -> list[str]:
         owner = getattr(getattr(provider, "options", None), "owner", OWNER)
