@@ -304,6 +304,23 @@ class WriteFileTests(ConformanceBase):
             sb.write_file(f"{ws}/log.txt", "b" * 11, append=True)
         assert sb.read_bytes(f"{ws}/log.txt") == b"a" * (limits.write_max_bytes - 10)
 
+    def test_a_file_without_write_bits_is_not_writable(self, sb: Sandbox, ws: str) -> None:
+        """Whoever the runtime runs as (root on a laptop, uid 1000 in a box)."""
+        sb.write_file(f"{ws}/ro.txt", "keep")
+        sh(sb, f"chmod 444 {q(ws)}/ro.txt")
+        with raises_code(ErrorCode.ACCESS_DENIED):
+            sb.write_file(f"{ws}/ro.txt", "x")
+        with raises_code(ErrorCode.ACCESS_DENIED):
+            sb.write_file(f"{ws}/ro.txt", "x", append=True)
+        with raises_code(ErrorCode.ACCESS_DENIED):
+            sb.edit_file(f"{ws}/ro.txt", "keep", "x")
+        with raises_code(ErrorCode.ACCESS_DENIED):
+            sb.write_bytes(f"{ws}/ro.txt", b"x")
+        assert sb.read_file(f"{ws}/ro.txt").content == "keep"
+        sh(sb, f"chmod 644 {q(ws)}/ro.txt")
+        sb.write_file(f"{ws}/ro.txt", "now")
+        assert sb.read_file(f"{ws}/ro.txt").content == "now"
+
     def test_write_directory_is_a_directory(self, sb: Sandbox, ws: str) -> None:
         sb.write_file(f"{ws}/d/f.txt", "x")
         with raises_code(ErrorCode.IS_A_DIRECTORY):

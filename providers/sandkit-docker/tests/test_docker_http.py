@@ -62,6 +62,18 @@ def test_network_none_becomes_an_internal_network_without_egress(
     assert docker_client.networks.list(names=[network.name]) == []
 
 
+def test_switching_a_running_box_to_carrier_http_creates_the_network(
+    make_provider: Factory, docker_client: Any, owner: str
+) -> None:
+    """The running stdio box is recreated for http; its network did not exist yet."""
+    k = key("switch")
+    make_provider().acquire(k).write_file("/mnt/user-data/workspace/kept.txt", "kept")
+    assert docker_client.networks.list(names=[f"{owner}-internal"]) == []
+    box = make_provider(carrier="http").acquire(k)
+    assert box.read_file("/mnt/user-data/workspace/kept.txt").content == "kept"
+    assert docker_client.networks.list(names=[f"{owner}-internal"])
+
+
 def test_host_network_is_refused_for_carrier_http(make_provider: Factory) -> None:
     for mode in ("host", "container:other"):
         with pytest.raises(SandboxError) as info:

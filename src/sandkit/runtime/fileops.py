@@ -161,7 +161,10 @@ def _existing_for_write(dir_fd: int, target: _Target) -> Optional[os.stat_result
         )
     if not stat.S_ISREG(info.st_mode):
         raise _not_regular(target.virtual)
-    if not os.access(target.name, os.W_OK, dir_fd=dir_fd):
+    # A file without any write bit is read-only for everyone, root included: os.access
+    # alone would let a runtime running as root (local, CI) replace it where a box's
+    # non-root agent cannot.
+    if not info.st_mode & 0o222 or not os.access(target.name, os.W_OK, dir_fd=dir_fd):
         raise SandboxError(ErrorCode.ACCESS_DENIED, "%s is not writable" % target.virtual)
     return info
 

@@ -312,12 +312,13 @@ class DockerProvider(SandboxProvider):
         mask = layout.host_mapping().mask
         try:
             attrs = self._inspect(key)
-            if attrs is None or not _running(attrs):
-                self._ensure_network()
             if attrs is not None and not self._adoptable(attrs, key, kwargs):
                 log.info("recreating %s: created with other settings", kwargs["name"])
                 self._remove_quietly(attrs["Id"])
                 attrs = None
+            if attrs is None or not _running(attrs):
+                # Also after a recreate: a running box adopted so far had no need of it.
+                self._ensure_network()
             if attrs is None:
                 attrs, created = self._create(kwargs, mask)
             else:
