@@ -162,6 +162,20 @@ def test_glob_prints_only_paths_on_stdout(cli: Cli) -> None:
     assert "No files matched" in out.stderr
 
 
+def test_undecodable_names_are_raw_bytes_in_a_pipe_and_escapes_in_json(
+    cli: Cli, root: Path
+) -> None:
+    cli("write", "ok.txt", "x\n")
+    (workspace,) = {p.parent for p in root.rglob("ok.txt")}
+    (workspace / os.fsdecode(b"bad\xff.txt")).write_text("x\n")
+    out = cli("glob", "*.txt")
+    assert out.stdout_bytes.splitlines() == [
+        f"{WS}/bad".encode() + b"\xff.txt",
+        f"{WS}/ok.txt".encode(),
+    ]
+    assert cli.json("glob", "*.txt")["paths"] == [f"{WS}/bad\\xff.txt", f"{WS}/ok.txt"]
+
+
 def test_glob_truncation_is_announced(cli: Cli) -> None:
     for i in range(3):
         cli("write", f"f{i}.txt", "x\n")

@@ -9,6 +9,7 @@ error results (`isError` with the code).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -201,6 +202,27 @@ def test_calls_each_tool_with_text_and_structured_results(connect: Callable[[], 
 
             nothing = await call("grep", pattern="absent")
             assert text(nothing) == f"No matches found under {WS}"
+
+    run(scenario)
+
+
+def test_undecodable_file_names_arrive_as_escapes(connect: Callable[[], Client]) -> None:
+    """A name that is not UTF-8 would be an encoding error in the frame: shown as \\xNN."""
+
+    async def scenario() -> None:
+        async with connect() as client:
+            made = await client.call_tool("bash", {"command": "printf 'hit\\n' > $'bad\\xff.txt'"})
+            assert not made.is_error, text(made)
+            for name, arguments in (
+                ("ls", {}),
+                ("glob", {"pattern": "*.txt"}),
+                ("grep", {"pattern": "hit", "output_mode": "files_with_matches"}),
+            ):
+                result = await client.call_tool(name, arguments)
+                assert not result.is_error, text(result)
+                assert "bad\\xff.txt" in text(result), (name, text(result))
+                shown = json.dumps(result.structured_content, ensure_ascii=False)
+                assert json.dumps("bad\\xff.txt")[1:-1] in shown
 
     run(scenario)
 

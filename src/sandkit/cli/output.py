@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.text import Text
 
+from ..display import printable, printable_text
 from ..errors import SandboxError
 
 # Exit codes (documented in docs/cli.md).
@@ -41,11 +42,19 @@ class Output:
         Rich would expand tabs and replace `:emoji:` codes; file content must
         reach a pipe unchanged.
         """
-        if isinstance(text, Text) and self.out.is_terminal:
-            self.out.print(text)
+        plain = text.plain if isinstance(text, Text) else text
+        if self.out.is_terminal:
+            if printable_text(plain) != plain:  # an undecodable name: shown as \xNN, unstyled
+                text = printable_text(plain)
+            self.out.print(text if isinstance(text, Text) else Text(text))
             return
-        sys.stdout.write((text.plain if isinstance(text, Text) else text) + "\n")
+        try:  # a file name's raw bytes, as ls(1) would write them
+            raw = (plain + "\n").encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raw = (printable_text(plain) + "\n").encode("utf-8")
         sys.stdout.flush()
+        sys.stdout.buffer.write(raw)
+        sys.stdout.buffer.flush()
 
     def note(self, text: str) -> None:
         """Commentary for a person (summaries, hints) on stderr; silent in JSON mode."""
@@ -57,10 +66,8 @@ class Output:
         self.out.print(Text(text, style="green"))
 
     def json(self, value: BaseModel | dict[str, Any] | list[Any]) -> None:
-        if isinstance(value, BaseModel):
-            payload = value.model_dump_json()
-        else:
-            payload = json.dumps(value, ensure_ascii=False)
+        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        payload = json.dumps(printable(data), ensure_ascii=False)
         sys.stdout.write(payload + "\n")
         sys.stdout.flush()
 

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..config import LimitsSettings
+from ..display import printable, printable_text
 from ..errors import ErrorCode, SandboxError
 from ..sandbox import Sandbox
 from . import render
@@ -41,6 +42,11 @@ class ToolOutput:
     text: str
     structured: dict[str, Any]
     is_error: bool = False
+
+    def __post_init__(self) -> None:
+        # Both go out as UTF-8 (an MCP frame, a model's prompt): no lone surrogates.
+        object.__setattr__(self, "text", printable_text(self.text))
+        object.__setattr__(self, "structured", printable(self.structured))
 
     @property
     def error_code(self) -> str | None:
