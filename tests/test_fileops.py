@@ -367,6 +367,49 @@ def test_append(box: Box) -> None:
     assert r["created"] is False and (box.ws / "log.txt").read_text() == "a\nb\n"
 
 
+def test_append_never_writes_through_a_hard_link(box: Box) -> None:
+    """A hard link to a file outside the mount shares its inode: append must not touch it."""
+    secret = box.outside / "secret.txt"
+    os.link(secret, box.ws / "link.txt")
+    (box.ws / "link.txt").chmod(0o640)
+    r = write(box.ctx, "link.txt", "appended\n", append=True)
+    assert r == {"path": WS + "/link.txt", "bytes_written": 9, "created": False}
+    assert secret.read_text() == "host secret\n"
+    assert (box.ws / "link.txt").read_text() == "host secret\nappended\n"
+    info = (box.ws / "link.txt").stat()
+    assert info.st_nlink == 1 and info.st_ino != secret.stat().st_ino
+    assert stat.S_IMODE(info.st_mode) == 0o640
+    assert no_temp_files(box.ws)
+
+
+def test_append_to_a_hard_linked_file_keeps_the_cap(box: Box) -> None:
+    secret = box.outside / "secret.txt"
+    os.link(secret, box.ws / "link.txt")
+    ctx = box.with_limits(write_max_bytes=14)
+    fails(ErrorCode.TOO_LARGE, fileops.write_file, ctx, "link.txt", "abc", append=True)
+    assert secret.read_text() == "host secret\n" and secret.stat().st_nlink == 2
+
+
+def test_append_checks_the_link_count_of_the_file_it_opened(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link made between the check and the open is seen on the open file itself."""
+    (box.ws / "log.txt").write_text("mine\n")
+    secret = box.outside / "secret.txt"
+    real_lstat = safefs.lstat_at
+
+    def swap_after_check(dir_fd: int, name: str) -> os.stat_result | None:
+        info = real_lstat(dir_fd, name)
+        os.unlink(name, dir_fd=dir_fd)
+        os.link(secret, name, dst_dir_fd=dir_fd)
+        return info
+
+    monkeypatch.setattr(safefs, "lstat_at", swap_after_check)
+    write(box.ctx, "log.txt", "appended\n", append=True)
+    assert secret.read_text() == "host secret\n"
+    assert (box.ws / "log.txt").read_text() == "host secret\nappended\n"
+
+
 def test_append_cap_applies_to_the_resulting_size(box: Box) -> None:
     ctx = box.with_limits(write_max_bytes=6)
     write(ctx, "log.txt", "abcd", append=True)

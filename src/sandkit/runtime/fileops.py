@@ -200,23 +200,44 @@ def _append(ctx: Context, target: _Target, data: bytes) -> Dict[str, Any]:
             if existing is None:
                 flags |= os.O_EXCL
             fd = safefs.open_file(dir_fd, target.name, flags)
+            try:
+                before = os.fstat(fd)
+                if not stat.S_ISREG(before.st_mode):
+                    raise _not_regular(target.virtual)
+                if before.st_size + len(data) > limit:
+                    raise _too_large(target.virtual, before.st_size + len(data), limit)
+                if before.st_nlink > 1:
+                    # Another name shares this inode (a hard link, perhaps to a file
+                    # outside every mount): appending in place would change the file
+                    # there too. Replace this name instead, like write_file does.
+                    old = _read_same_file(dir_fd, target, before)
+                    safefs.atomic_replace(dir_fd, target.name, old + data, before.st_mode)
+                else:
+                    try:
+                        safefs.write_all(fd, data)
+                        os.fsync(fd)
+                    except BaseException:
+                        os.ftruncate(fd, before.st_size)  # no half-appended content
+                        raise
+            finally:
+                os.close(fd)
         finally:
             os.close(dir_fd)
-        try:
-            before = os.fstat(fd)
-            if not stat.S_ISREG(before.st_mode):
-                raise _not_regular(target.virtual)
-            if before.st_size + len(data) > limit:
-                raise _too_large(target.virtual, before.st_size + len(data), limit)
-            try:
-                safefs.write_all(fd, data)
-                os.fsync(fd)
-            except BaseException:
-                os.ftruncate(fd, before.st_size)  # no half-appended content
-                raise
-        finally:
-            os.close(fd)
     return {"path": target.virtual, "bytes_written": len(data), "created": existing is None}
+
+
+def _read_same_file(dir_fd: int, target: _Target, expected: os.stat_result) -> bytes:
+    """The content of `target`, provided the name still is the inode `expected` describes."""
+    fd = safefs.open_file(dir_fd, target.name, os.O_RDONLY)
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (expected.st_dev, expected.st_ino):
+            raise SandboxError(
+                ErrorCode.ACCESS_DENIED, "%s was replaced during the write" % target.virtual
+            )
+        return safefs.read_all(fd, expected.st_size)
+    finally:
+        os.close(fd)
 
 
 def write_file(ctx: Context, path: Any, content: Any, append: Any = False) -> Dict[str, Any]:

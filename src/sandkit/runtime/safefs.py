@@ -82,6 +82,19 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def read_all(fd: int, size: int) -> bytes:
+    """The first `size` bytes of an open file (fewer if it is shorter), from offset 0."""
+    chunks = []
+    offset = 0
+    while offset < size:
+        chunk = os.pread(fd, min(size - offset, 1 << 20), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
 def fsync_dir(dir_fd: int) -> None:
     """Make a rename durable; some file systems refuse, which is not our failure."""
     with contextlib.suppress(OSError):
