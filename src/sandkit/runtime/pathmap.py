@@ -77,23 +77,24 @@ def normalize_virtual(path: object, default_dir: str = WORKSPACE) -> str:
             ErrorCode.INVALID_ARGUMENT,
             "path is longer than %d characters" % MAX_PATH_CHARS,
         )
-    if not path.startswith("/"):
-        path = default_dir + "/" + path
-    normal = posixpath.normpath(path)
-    if normal.startswith("//"):
-        normal = "/" + normal.lstrip("/")
     try:
-        encoded = os.fsencode(normal)
+        encoded = os.fsencode(path)
     except UnicodeEncodeError:
         raise SandboxError(
             ErrorCode.INVALID_ARGUMENT, "path is not valid unicode (lone surrogate)"
         ) from None
+    # Every component as given counts, also one that a later `..` cancels.
     for name in encoded.split(b"/"):
         if len(name) > MAX_NAME_BYTES:
             raise SandboxError(
                 ErrorCode.INVALID_ARGUMENT,
                 "a path component is longer than %d bytes" % MAX_NAME_BYTES,
             )
+    if not path.startswith("/"):
+        path = default_dir + "/" + path
+    normal = posixpath.normpath(path)
+    if normal.startswith("//"):
+        normal = "/" + normal.lstrip("/")
     return normal
 
 
