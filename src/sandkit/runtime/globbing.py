@@ -12,11 +12,17 @@ scanworker.py), so it imports nothing from the package except `ignore`.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
 import time
 from typing import Iterator, List, Optional, Sequence, Set, Tuple, Union
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
 
 from .ignore import is_ignored_dir, is_ignored_file
 
@@ -451,6 +457,68 @@ KIND_LINK = "l"
 KIND_OTHER = "o"
 
 
+# -- opening by path without following a swapped-in symlink ---------------------------
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW
+
+
+def _kernel_path(fd: int) -> Optional[bytes]:
+    """The kernel's own name for an open file; None where the platform cannot tell."""
+    try:
+        return os.readlink(b"/proc/self/fd/%d" % fd)
+    except OSError:
+        pass
+    getpath = getattr(fcntl, "F_GETPATH", None)  # macOS
+    if getpath is not None:
+        try:
+            return bytes(fcntl.fcntl(fd, getpath, bytes(1024))).rstrip(b"\0")
+        except OSError:
+            pass
+    return None
+
+
+def _open_by_components(path: str, flags: int) -> int:
+    """Open `path` from / one component at a time, never following a symlink."""
+    names = [name for name in path.split("/") if name]
+    fd = os.open("/", _DIR_FLAGS)
+    try:
+        for name in names[:-1]:
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        if not names:
+            return os.dup(fd)
+        return os.open(names[-1], flags | _NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def open_exact(path: str, flags: int) -> int:
+    """os.open of `path` that fails (ELOOP) if any component of it was a symlink.
+
+    Search paths are symlink-free by construction (a realpath'd root plus names
+    read from directories), but something in the sandbox can swap a directory
+    on such a path for a symlink at any moment. O_NOFOLLOW guards only the last
+    component; the kernel's name for the opened file (/proc/self/fd, F_GETPATH)
+    shows whether an earlier one was followed. Without either, the path is
+    opened component by component instead.
+    """
+    fd = os.open(path, flags | _NOFOLLOW)
+    try:
+        actual = _kernel_path(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if actual is None:
+        os.close(fd)
+        return _open_by_components(path, flags)
+    if actual != os.fsencode(path):
+        os.close(fd)
+        raise OSError(errno.ELOOP, "a directory on the path is a symbolic link", path)
+    return fd
+
+
 def entry_kind(entry: "os.DirEntry[str]") -> str:
     try:
         if entry.is_symlink():
@@ -516,8 +584,15 @@ def walk(
     def listing(real_dir: str, states: Optional[_States]) -> List[_Item]:
         items: List[_Item] = []
         deadline.check()
+        # Listed through an fd opened with open_exact: a directory swapped for a
+        # symlink after its parent was listed is not entered.
+        base = real_dir.rstrip("/") + "/"
         try:
-            with os.scandir(real_dir) as it:
+            fd = open_exact(real_dir, _DIR_FLAGS)
+        except OSError:
+            return []
+        try:
+            with os.scandir(fd) as it:
                 for entry in it:
                     deadline.check(256)
                     name = entry.name
@@ -531,13 +606,15 @@ def walk(
                             continue
                     if kind == KIND_DIR:
                         if list_dirs or (pattern is not None and pattern.has_dir_only):
-                            items.append((name, 0, name, entry.path, kind, nxt))
+                            items.append((name, 0, name, base + name, kind, nxt))
                         if nxt is None or pattern.can_descend(nxt):  # type: ignore[union-attr]
-                            items.append((name + "/", 1, name, entry.path, kind, nxt))
+                            items.append((name + "/", 1, name, base + name, kind, nxt))
                     elif kind in want:
-                        items.append((name, 0, name, entry.path, kind, nxt))
+                        items.append((name, 0, name, base + name, kind, nxt))
         except OSError:
             return []
+        finally:
+            os.close(fd)
         items.sort(key=lambda item: item[0])
         return items
 

@@ -26,7 +26,7 @@ import signal
 import stat
 from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .globbing import KIND_FILE, Deadline, GlobError, GlobPattern, TimeUp, walk
+from .globbing import KIND_FILE, Deadline, GlobError, GlobPattern, TimeUp, open_exact, walk
 
 BINARY_PROBE_BYTES = 8192
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -61,9 +61,9 @@ def is_binary(head: bytes) -> bool:
 
 
 def _open_regular(real: str, max_bytes: int) -> Optional[Tuple[int, int]]:
-    """(fd, size) of a regular file no larger than `max_bytes`; never follows a final symlink."""
+    """(fd, size) of a regular file no larger than `max_bytes`; never through a symlink."""
     try:
-        fd = os.open(real, _OPEN_FLAGS)
+        fd = open_exact(real, _OPEN_FLAGS)
     except OSError:
         return None
     try:

@@ -13,6 +13,7 @@ changed between two passes). See docs/search.md for the user-facing rules.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -29,6 +30,7 @@ from .globbing import (
     GlobError,
     GlobPattern,
     TimeUp,
+    open_exact,
     walk,
 )
 from .pathmap import WORKSPACE, Resolved
@@ -59,16 +61,35 @@ def _timeout() -> SandboxError:
 
 
 def _stat_root(resolved: Resolved) -> os.stat_result:
+    """The search root as it is now, refusing it if a symlink took its place after the check."""
     try:
-        return os.stat(resolved.real)
-    except FileNotFoundError:
-        raise SandboxError(ErrorCode.NOT_FOUND, "%s does not exist" % resolved.virtual) from None
-    except NotADirectoryError:
+        info = os.lstat(resolved.real)
+        if stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode):
+            # open_exact also refuses a directory above it that became a symlink.
+            fd = open_exact(resolved.real, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                info = os.fstat(fd)
+            finally:
+                os.close(fd)
+    except (FileNotFoundError, NotADirectoryError):
         raise SandboxError(ErrorCode.NOT_FOUND, "%s does not exist" % resolved.virtual) from None
     except PermissionError:
         raise SandboxError(
             ErrorCode.ACCESS_DENIED, "%s cannot be read" % resolved.virtual
         ) from None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise _swapped(resolved) from None
+    if stat.S_ISLNK(info.st_mode):
+        raise _swapped(resolved)
+    return info
+
+
+def _swapped(resolved: Resolved) -> SandboxError:
+    return SandboxError(
+        ErrorCode.ACCESS_DENIED, "%s changed into a symlink during the search" % resolved.virtual
+    )
 
 
 def _join(vroot: str, rel: str) -> str:
