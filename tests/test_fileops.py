@@ -410,6 +410,28 @@ def test_append_checks_the_link_count_of_the_file_it_opened(
     assert (box.ws / "log.txt").read_text() == "host secret\nappended\n"
 
 
+def test_append_to_a_file_created_between_check_and_open(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Something else creates the file after the check: it is appended to, not an error."""
+    real_lstat = safefs.lstat_at
+    calls = []
+
+    def create_after_check(dir_fd: int, name: str) -> os.stat_result | None:
+        info = real_lstat(dir_fd, name)
+        if not calls:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=dir_fd)
+            os.write(fd, b"theirs\n")
+            os.close(fd)
+        calls.append(name)
+        return info
+
+    monkeypatch.setattr(safefs, "lstat_at", create_after_check)
+    r = write(box.ctx, "log.txt", "mine\n", append=True)
+    assert r["created"] is False
+    assert (box.ws / "log.txt").read_text() == "theirs\nmine\n"
+
+
 def test_append_cap_applies_to_the_resulting_size(box: Box) -> None:
     ctx = box.with_limits(write_max_bytes=6)
     write(ctx, "log.txt", "abcd", append=True)

@@ -193,13 +193,7 @@ def _append(ctx: Context, target: _Target, data: bytes) -> Dict[str, Any]:
     with _os_errors(ctx, target.virtual):
         dir_fd = safefs.open_dir(target.root, target.parts[:-1], create=True)
         try:
-            existing = _existing_for_write(dir_fd, target)
-            if existing is not None and existing.st_size + len(data) > limit:
-                raise _too_large(target.virtual, existing.st_size + len(data), limit)
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-            if existing is None:
-                flags |= os.O_EXCL
-            fd = safefs.open_file(dir_fd, target.name, flags)
+            existing, fd = _open_for_append(dir_fd, target, len(data), limit)
             try:
                 before = os.fstat(fd)
                 if not stat.S_ISREG(before.st_mode):
@@ -224,6 +218,28 @@ def _append(ctx: Context, target: _Target, data: bytes) -> Dict[str, Any]:
         finally:
             os.close(dir_fd)
     return {"path": target.virtual, "bytes_written": len(data), "created": existing is None}
+
+
+def _open_for_append(
+    dir_fd: int, target: _Target, size: int, limit: int
+) -> Tuple[Optional[os.stat_result], int]:
+    """(lstat before, write fd) of the file to append to; created (O_EXCL) when missing.
+
+    A file that appears between the check and the create (made by something
+    else in the sandbox) is appended to like any existing file.
+    """
+    for _ in range(3):
+        existing = _existing_for_write(dir_fd, target)
+        if existing is not None and existing.st_size + size > limit:
+            raise _too_large(target.virtual, existing.st_size + size, limit)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        if existing is None:
+            flags |= os.O_EXCL
+        try:
+            return existing, safefs.open_file(dir_fd, target.name, flags)
+        except FileExistsError:
+            continue
+    raise SandboxError(ErrorCode.INTERNAL, "%s keeps appearing and vanishing" % target.virtual)
 
 
 def _read_same_file(dir_fd: int, target: _Target, expected: os.stat_result) -> bytes:
