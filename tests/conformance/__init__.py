@@ -21,7 +21,6 @@ from .executing import ExecuteTests, RedactionTests
 from .files import BytesTests, EditFileTests, ReadFileTests, WriteFileTests
 from .globbing import GlobTests
 from .grepping import GrepTests
-from .hostile_paths import HOSTILE_PATHS, HostileCase, HostilePathTests
 from .jail import NameTests, ReadOnlyTests, SymlinkTests
 from .lifecycle import LifecycleTests
 from .listing import ListDirTests
@@ -46,7 +45,6 @@ class OperationConformance(
     ReadOnlyTests,
     SymlinkTests,
     NameTests,
-    HostilePathTests,
     MaskingTests,
     AsyncTests,
 ):
@@ -58,10 +56,8 @@ class SandboxConformance(OperationConformance, LifecycleTests):
 
 
 __all__ = [
-    "HOSTILE_PATHS",
     "CheckedSandbox",
     "ConformanceBase",
-    "HostileCase",
     "OperationConformance",
     "SandboxConformance",
     "SearchConformance",

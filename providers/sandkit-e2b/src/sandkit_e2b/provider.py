@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 from typing import Any
 
-from sandkit.boxes import IdleReaper, TrackedSandbox
+from sandkit.boxes import IdleReaper, TrackedSandbox, box_mapping
 from sandkit.boxtable import BoxTable
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
@@ -601,7 +601,9 @@ class E2BProvider(SandboxProvider):
     def _agent_config(self, key: SandboxKey) -> dict[str, Any]:
         layout = ThreadLayout.for_key(self.settings, key)
         return make_agent_config(
-            layout.identity_mapping(),
+            # The host paths (data root, thread dirs) are hidden roots, as in every
+            # box: a path the caller types with the data root in it comes back masked.
+            box_mapping(layout),
             self.settings.limits.to_limits(),
             execute_enabled=self.options.execute_enabled,
             secrets=self.settings.secret_values(),
