@@ -46,6 +46,9 @@ class Payload:
     archive: bytes
     digest: str
     has_rg: bool
+    # sha256 of agent.pyz: where the sandbox user can write the installed copy
+    # (a Kubernetes emptyDir), the bootstrap checks it before running it.
+    agent_sha256: str = ""
 
 
 def find_host_rg() -> str | None:
@@ -69,7 +72,8 @@ def build_payload(with_rg: bool = True) -> Payload:
     """`agent.pyz` and `bin/rg` as a tar archive; built once per process."""
     from .agent.build import agent_zipapp
 
-    files: list[tuple[str, bytes, int]] = [("agent.pyz", agent_zipapp().read_bytes(), 0o644)]
+    agent = agent_zipapp().read_bytes()
+    files: list[tuple[str, bytes, int]] = [("agent.pyz", agent, 0o644)]
     rg = find_host_rg() if with_rg else None
     if rg is not None:
         files.append(("bin/rg", Path(rg).read_bytes(), 0o755))
@@ -86,7 +90,12 @@ def build_payload(with_rg: bool = True) -> Payload:
             info.mode = mode
             tar.addfile(info, io.BytesIO(data))
     archive = buf.getvalue()
-    return Payload(archive, hashlib.sha256(archive).hexdigest()[:16], rg is not None)
+    return Payload(
+        archive,
+        hashlib.sha256(archive).hexdigest()[:16],
+        rg is not None,
+        hashlib.sha256(agent).hexdigest(),
+    )
 
 
 def box_mapping(layout: ThreadLayout, hidden: tuple[str, ...] = ()) -> PathMapping:

@@ -15,7 +15,9 @@ What is checked on every provider kind:
   they do arrive when passed explicitly;
 - in boxes, no file the sandbox user can read holds the secret, a planted
   credential or the provider's own credentials (E2B API key, Docker/Kubernetes
-  `token_secret`, the kubeconfig's key), over both carriers (stdio, http).
+  `token_secret`, the kubeconfig's key), over both carriers (stdio, http);
+- in boxes, a command that swaps the agent zipapp and kills the agent does not
+  get the next agent start (and with it the secrets), and the box recovers.
 
 Values are looked for in base64-encoded dumps decoded here, so redaction of
 the output cannot hide a secret that is really in an environment.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import dataclasses
 import shlex
 import uuid
@@ -39,6 +42,7 @@ import pytest
 import yaml
 
 from sandkit import SandboxError, SandboxKey
+from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxProvider
 from sandkit.remote import RemoteSandbox
 from sandkit.runtime.capture import REDACTED
@@ -311,9 +315,9 @@ def _environments(sandbox: Sandbox, box: bool) -> dict[str, bytes]:
         label, _, encoded = line.partition(" ")
         if encoded != "-":
             dumps[label] = base64.b64decode(encoded)
+    # pid 1 (the host's init, or a box's root-owned init on E2B) and, once it
+    # is made non-dumpable, the agent may be unreadable: nothing to leak then.
     assert {"env", "self"} <= set(dumps), sorted(dumps)
-    if box:  # (on the host, pid 1's environ is checked when it is readable)
-        assert {"pid1", "agent"} <= set(dumps), "in a box these are readable, so checked"
     return dumps
 
 
@@ -326,6 +330,70 @@ def _files_holding(sandbox: Sandbox, needles: list[str]) -> list[str]:
     result = sandbox.execute(command, timeout=120)
     assert not result.timed_out, result
     return [line for line in result.stdout.splitlines() if line]
+
+
+EVIL_AGENT = """
+import os, sys
+args, seen = sys.argv[1:], []
+for flag in ("--config", "--token-file"):
+    if flag in args:
+        try:
+            seen.append(open(args[args.index(flag) + 1]).read())
+        except OSError:
+            pass
+if "--stdio" in args:
+    seen.append(os.read(0, 1 << 20).decode("utf-8", "replace"))
+with open(os.environ.get("STOLEN") or %r, "w") as f:
+    f.write("".join(seen)[::-1])
+"""
+
+REPLACE = """
+import io, os, sys, zipfile
+buf = io.BytesIO()
+with zipfile.ZipFile(buf, "w") as z:
+    z.writestr("__main__.py", sys.argv[1])
+for root, dirs, files in os.walk("/opt/sandkit"):
+    for name in files:
+        if name == "agent.pyz":
+            path = os.path.join(root, name)
+            try:
+                with open(path + ".new", "wb") as f:
+                    f.write(buf.getvalue())
+                os.replace(path + ".new", path)
+                print("replaced", path)
+            except OSError as exc:
+                print("kept", path, exc)
+"""
+
+
+def _replace_the_agent(provider: SandboxProvider, key: SandboxKey) -> tuple[str, bool]:
+    """A command swaps the agent zipapp for one that keeps its config, and kills the agent.
+
+    The provider starts an agent again on the next call or acquire; if it ran
+    the swapped one, that agent would be handed the secrets. Returns what it
+    kept (reversed back; "" when it never ran) and whether the box works again.
+    """
+    sandbox = provider.acquire(key)
+    pid = sandbox.info().get("pid") if isinstance(sandbox, RemoteSandbox) else None
+    assert isinstance(pid, int)
+    stolen = f"{WORKSPACE}/stolen-{uuid.uuid4().hex[:8]}.txt"
+    evil = EVIL_AGENT % stolen
+    command = f"{_python(REPLACE)} {shlex.quote(evil)}; kill -9 {pid}"
+    with contextlib.suppress(SandboxError):  # the agent dies under the call
+        sandbox.execute(command, timeout=30)
+    kept, works = "", False
+    for _ in range(3):  # a few starts of the agent, whichever one runs
+        with contextlib.suppress(SandboxError):
+            sandbox = provider.acquire(key)
+            works = sandbox.execute("echo alive").stdout == "alive\n"
+            kept = sandbox.read_file(stolen).content[::-1]
+        if works:
+            break
+    host = ThreadLayout.for_key(provider.settings, key).user_data_dir / "workspace"
+    copy = host / stolen.rsplit("/", 1)[1]
+    if not kept and copy.is_file():  # the box did not come back: look on the host
+        kept = copy.read_text()[::-1]
+    return kept, works
 
 
 def test_no_credential_in_any_command_environment(
@@ -371,5 +439,11 @@ def test_no_credential_in_any_command_environment(
         value = next(v for v, what in planted.items() if "GITHUB_TOKEN" in what)
         result = sandbox.execute('printf %s "$GITHUB_TOKEN"', env={"GITHUB_TOKEN": value})
         assert result.stdout == value, result
+
+        if box:
+            key = SandboxKey("secrets", f"env-{where}")
+            stolen, works = _replace_the_agent(provider, key)
+            tally.check(SECRET in stolen, f"{where}: a replaced agent was given the secrets")
+            assert works, f"{where}: the box did not recover from a replaced, killed agent"
 
     assert not tally.leaks, f"credentials reach the sandbox: {tally.leaks}"

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from sandkit_kubernetes.spec import deep_merge, label_value, pod_manifest
 
 from sandkit import ErrorCode, SandboxError, SandboxKey, Settings
 from sandkit.agent import protocol as p
-from sandkit.boxes import build_payload
+from sandkit.boxes import Payload, build_payload
 from sandkit.paths import WORKSPACE, Mount, PathMapping, ThreadLayout
 from sandkit.transports.http import HttpTransport
 
@@ -188,8 +189,10 @@ def workspace_mapping(root: Path) -> PathMapping:
     return PathMapping([Mount(WORKSPACE, str(root), False)], WORKSPACE)
 
 
-def start_boot(home: Path, mode: str, digest: str, port: int = 0) -> subprocess.Popen[bytes]:
-    argv = boot.boot_argv(sys.executable, mode, digest, str(home), port)
+def start_boot(home: Path, mode: str, payload: Payload, port: int = 0) -> subprocess.Popen[bytes]:
+    argv = boot.boot_argv(
+        sys.executable, mode, payload.digest, str(home), port, payload.agent_sha256
+    )
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
@@ -201,7 +204,7 @@ def line_of(proc: subprocess.Popen[bytes]) -> bytes:
 def test_boot_installs_the_payload_once_then_becomes_the_agent(tmp_path: Path) -> None:
     payload = build_payload(True)
     for expected_have, send in ((b"-", payload.archive), (payload.digest.encode(), b"")):
-        proc = start_boot(tmp_path, "stdio", payload.digest)
+        proc = start_boot(tmp_path, "stdio", payload)
         assert proc.stdin is not None
         assert line_of(proc) == boot.BOOT_MAGIC + expected_have + b"\n"
         proc.stdin.write(boot.frame(send))
@@ -214,6 +217,57 @@ def test_boot_installs_the_payload_once_then_becomes_the_agent(tmp_path: Path) -
         assert proc.wait(10) == 0
     assert (tmp_path / "agent.pyz").is_file()
     assert os.access(tmp_path / "bin" / "rg", os.X_OK) == payload.has_rg
+
+
+def test_boot_never_runs_an_agent_a_command_replaced(tmp_path: Path) -> None:
+    """The installed files belong to the sandbox user: a swapped agent.pyz is not run.
+
+    Commands can write the agent directory, so a replaced agent would be handed
+    the initialize config (the secrets to redact) at the next channel start.
+    BOOT finds the mismatch, asks for the payload again and runs the checked
+    bytes from a sealed memory file, not from the path.
+    """
+    payload = build_payload(False)
+    proc = start_boot(tmp_path, "stdio", payload)
+    assert proc.stdin is not None
+    line_of(proc)
+    proc.stdin.write(boot.frame(payload.archive))
+    proc.stdin.close()
+    proc.wait(10)  # installed; the agent ends on EOF
+    stolen = tmp_path / "stolen"
+    evil = tmp_path / "evil.pyz"
+    with zipfile.ZipFile(evil, "w") as archive:
+        archive.writestr("__main__.py", f"open({str(stolen)!r}, 'w').write('ran')\n")
+    os.replace(evil, tmp_path / "agent.pyz")  # .digest still names the right version
+
+    proc = start_boot(tmp_path, "stdio", payload)
+    assert proc.stdin is not None
+    assert line_of(proc) == boot.BOOT_MAGIC + b"-\n"  # not taken for installed
+    proc.stdin.write(boot.frame(payload.archive))
+    config = p.agent_config(workspace_mapping(tmp_path))
+    proc.stdin.write(p.frame(p.request(1, "initialize", config)))
+    proc.stdin.flush()
+    answer = json.loads(line_of(proc))
+    assert answer["id"] == 1 and "protocol_version" in answer["result"]
+    # The agent runs from a sealed copy: replacing the file again changes nothing.
+    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+    assert any(arg.startswith(b"/proc/self/fd/") for arg in cmdline), cmdline
+    proc.stdin.close()
+    assert proc.wait(10) == 0
+    assert not stolen.exists()
+
+
+def test_boot_refuses_a_payload_that_does_not_match(tmp_path: Path) -> None:
+    """Nothing unchecked runs, even when the archive itself is not what was promised."""
+    payload = build_payload(False)
+    wrong = Payload(payload.archive, payload.digest, payload.has_rg, "0" * 64)
+    proc = start_boot(tmp_path, "stdio", wrong)
+    assert proc.stdin is not None
+    line_of(proc)
+    proc.stdin.write(boot.frame(payload.archive))
+    proc.stdin.flush()
+    assert line_of(proc).startswith(boot.FAILED)
+    assert proc.wait(10) == 7
 
 
 def free_port() -> int:
@@ -229,7 +283,7 @@ def test_boot_starts_a_detached_http_agent_and_replaces_it(tmp_path: Path) -> No
     pids = []
     try:
         for token in ("first-token-0123456789", "second-token-0123456789"):
-            proc = start_boot(tmp_path, "http", payload.digest, port)
+            proc = start_boot(tmp_path, "http", payload, port)
             assert proc.stdin is not None
             line_of(proc)
             proc.stdin.write(boot.frame(payload.archive))

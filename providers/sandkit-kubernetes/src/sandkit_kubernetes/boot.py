@@ -7,8 +7,15 @@ would wait out the grace period).
 `BOOT` is what every agent exec starts. In one exec it installs the payload
 (agent zipapp + ripgrep) when the pod does not have this version yet, then
 becomes the agent: `os.execv` for stdio, so the exec stream that carried the
-payload carries JSON-RPC next; a detached `--http` agent for HTTP. The
-handshake on the stream:
+payload carries JSON-RPC next; a detached `--http` agent for HTTP.
+
+The installed files belong to the sandbox uid, so a command can replace
+them. The agent is therefore never run from the file: BOOT reads it, checks
+its sha256 against the one the provider passes (a mismatch counts as not
+installed, and the provider sends the payload again), and runs exactly the
+checked bytes from a sealed memory file (`/proc/self/fd/N`). A replaced
+agent would otherwise be handed the `initialize` config, secrets included,
+at the next channel start. The handshake on the stream:
 
     boot  -> "sandkit-boot 1 <installed digest or ->\\n"
     client -> 8-byte big-endian length + tar (length 0: nothing to install)
@@ -43,8 +50,9 @@ while True:
 """
 
 BOOT = """\
-import json, os, socket, sys, tarfile, time
+import fcntl, hashlib, json, os, socket, sys, tarfile, time
 mode, digest, home, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+expect = sys.argv[5]
 os.chdir('/')
 def out(text):
     os.write(1, text.encode() + b'\\n')
@@ -58,11 +66,15 @@ def take(n):
     return bytes(buf)
 def frame():
     return take(int.from_bytes(take(8), 'big'))
+def checked(data):
+    return data if data is not None and hashlib.sha256(data).hexdigest() == expect else None
 try:
+    with open(home + '/agent.pyz', 'rb') as f:
+        code = checked(f.read())
     with open(home + '/.digest') as f:
-        have = f.read().strip()
+        have = f.read().strip() if code is not None else '-'
 except OSError:
-    have = '-'
+    code, have = None, '-'
 out('sandkit-boot 1 ' + have)
 archive = frame()
 if archive:
@@ -75,15 +87,40 @@ if archive:
             if member.isdir():
                 os.makedirs(path, exist_ok=True)
                 continue
+            data = tar.extractfile(member).read()
+            if member.name == 'agent.pyz':
+                code = checked(data)
             tmp = path + '.tmp'
             with open(tmp, 'wb') as f:
-                f.write(tar.extractfile(member).read())
+                f.write(data)
             os.chmod(tmp, member.mode & 0o755)
             os.replace(tmp, path)
     with open(home + '/.digest.tmp', 'w') as f:
         f.write(digest)
     os.replace(home + '/.digest.tmp', home + '/.digest')
-agent = home + '/agent.pyz'
+if code is None:
+    out('sandkit-boot failed the agent does not match its checksum')
+    sys.exit(7)
+def sealed(data):
+    try:
+        fd = os.memfd_create('sandkit-agent', os.MFD_ALLOW_SEALING)
+    except (AttributeError, OSError):
+        return None
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    try:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK
+                    | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+    except (AttributeError, OSError):
+        os.close(fd)
+        return None
+    os.set_inheritable(fd, True)
+    return fd
+memfd = sealed(code)
+# Without memfd_create (old kernel, some sandboxes) the checked file is run.
+agent = '/proc/self/fd/%d' % memfd if memfd is not None else home + '/agent.pyz'
+keep = (memfd,) if memfd is not None else ()
 if mode == 'stdio':
     os.execv(sys.executable, [sys.executable, '-I', agent, '--stdio'])
 spec = json.loads(frame())
@@ -94,7 +131,8 @@ def agent_pid():
         with open(run + '/pid') as f:
             pid = int(f.read())
         with open('/proc/%d/cmdline' % pid, 'rb') as f:
-            return pid if b'agent.pyz' in f.read() else 0
+            argv = f.read().split(b'\\0')
+        return pid if b'--http' in argv and b'--token-file' in argv else 0
     except (OSError, ValueError):
         return 0
 old = agent_pid()
@@ -117,7 +155,7 @@ log = open(run + '/agent.log', 'ab')
 proc = subprocess.Popen(
     [sys.executable, '-I', agent, '--http', '0.0.0.0:%d' % port, '--config', config,
      '--token-file', token],
-    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, pass_fds=keep)
 with open(run + '/pid', 'w') as f:
     f.write(str(proc.pid))
 deadline = time.monotonic() + 30
@@ -137,8 +175,10 @@ out('sandkit-boot failed the agent did not listen within 30 s')
 """
 
 
-def boot_argv(python: str, mode: str, digest: str, home: str, port: int) -> list[str]:
-    return [python, "-I", "-c", BOOT, mode, digest, home, str(port)]
+def boot_argv(
+    python: str, mode: str, digest: str, home: str, port: int, agent_sha256: str
+) -> list[str]:
+    return [python, "-I", "-c", BOOT, mode, digest, home, str(port), agent_sha256]
 
 
 def frame(data: bytes) -> bytes:

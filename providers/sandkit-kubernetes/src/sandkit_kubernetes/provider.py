@@ -687,7 +687,12 @@ class KubernetesProvider(SandboxProvider):
             )
         payload = self._payload()
         argv = boot.boot_argv(
-            self.options.python, mode, payload.digest, AGENT_DIR, self.options.http_port
+            self.options.python,
+            mode,
+            payload.digest,
+            AGENT_DIR,
+            self.options.http_port,
+            payload.agent_sha256,
         )
         try:
             stream = open_exec(
