@@ -29,6 +29,7 @@ of reach just the same).
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -358,6 +359,12 @@ class Scene:
         box = box_snapshot(self.checked, flat, self.box_deep)
         return box, host_snapshot(self.host_roots, self.host_skip)
 
+    def remove_new(self, before: dict[str, str], after: dict[str, str]) -> None:
+        """Delete what an escape created outside (already counted), so nothing stays behind."""
+        for path, state in after.items():
+            if before.get(path, "missing") == "missing" and state != "missing":
+                self.sb.execute(f"rm -rf {q(path)}")
+
 
 @contextlib.contextmanager
 def scene(
@@ -497,6 +504,7 @@ def test_hostile_path_corpus(
             check_case(audit, sc.sb, case, sc.values)
         box_after, host_after = sc.snapshot(watch)
         escapes_between(audit, (box_before, host_before), (box_after, host_after))
+        sc.remove_new(box_before, box_after)
         if sc.checked.read_bytes(upload) != seed:
             audit.escape("uploads", f"{upload} changed")
         if sc.checked.read_file("/mnt/skills/skill.md").content != "a shared skill, read-only\n":
@@ -584,6 +592,7 @@ def test_hard_links_to_outside_files_never_change_them(
                     audit.problem(case_id, f"wrote {result.path}, not the link's own name")
         box_after, host_after = sc.snapshot(outside_files)
         escapes_between(audit, (box_before, host_before), (box_after, host_after))
+        sc.remove_new(box_before, box_after)
         print(f"\n[{target.kind}] hard links made: {len(linked)} of {audit.tried}")
         audit.record(target.kind, figures)
         audit.verdict(f"hard links on {target.kind}")
@@ -693,8 +702,8 @@ def test_symlink_swapped_between_check_and_use(
         ops = race_ops(base)
         stop = threading.Event()
         swaps: list[int] = []
-        outcomes: dict[str, int] = {}
-        calls = [0]
+        outcomes: collections.Counter[str] = collections.Counter()
+        counting = threading.Lock()
 
         def swapper() -> None:
             while not stop.is_set():
@@ -712,9 +721,8 @@ def test_symlink_swapped_between_check_and_use(
                 i += 1
                 _, exc = audit.call(f"race/{case_id}", lambda fn=fn: fn(sc.sb))
                 label = race_label(exc)
-                with audit._lock:
-                    calls[0] += 1
-                    outcomes[label] = outcomes.get(label, 0) + 1
+                with counting:
+                    outcomes[label] += 1
                 if exc is None:
                     continue
                 allowed = set(ALLOWED_RACE_CODES)
@@ -740,8 +748,9 @@ def test_symlink_swapped_between_check_and_use(
         audit.tried += len(ops)
         box_after, host_after = sc.snapshot(watch)
         escapes_between(audit, (box_before, host_before), (box_after, host_after))
+        sc.remove_new(box_before, box_after)
         print(
-            f"\n[{target.kind}] race: {sum(swaps)} swaps, {calls[0]} calls: "
+            f"\n[{target.kind}] race: {sum(swaps)} swaps, {outcomes.total()} calls: "
             + ", ".join(f"{k} {n}" for k, n in sorted(outcomes.items()))
         )
         audit.record(target.kind, figures)
