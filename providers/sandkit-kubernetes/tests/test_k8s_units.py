@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -255,6 +256,31 @@ def test_boot_never_runs_an_agent_a_command_replaced(tmp_path: Path) -> None:
     proc.stdin.close()
     assert proc.wait(10) == 0
     assert not stolen.exists()
+
+
+def test_boots_installing_at_once_all_become_agents(tmp_path: Path) -> None:
+    """Acquires from two provider replicas open channels into one pod at the same time."""
+    payload = build_payload(True)  # with rg: a long write, so the installs overlap
+    procs = [start_boot(tmp_path, "stdio", payload) for _ in range(4)]
+    for proc in procs:
+        assert line_of(proc) == boot.BOOT_MAGIC + b"-\n"
+    config = p.agent_config(workspace_mapping(tmp_path))
+    message = boot.frame(payload.archive) + p.frame(p.request(1, "initialize", config))
+
+    def send(proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(message)
+        proc.stdin.flush()
+
+    with ThreadPoolExecutor(len(procs)) as pool:
+        list(pool.map(send, procs))
+    for proc in procs:
+        answer = json.loads(line_of(proc))
+        assert answer["id"] == 1 and "protocol_version" in answer["result"], answer
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(10) == 0
+    assert sorted(os.listdir(tmp_path / "bin")) == ["rg"]  # no temporary file left
 
 
 def test_boot_refuses_a_payload_that_does_not_match(tmp_path: Path) -> None:

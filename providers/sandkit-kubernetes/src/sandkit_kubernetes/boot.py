@@ -90,14 +90,15 @@ if archive:
             data = tar.extractfile(member).read()
             if member.name == 'agent.pyz':
                 code = checked(data)
-            tmp = path + '.tmp'
+            tmp = '%s.%d.tmp' % (path, os.getpid())  # two agents may install at once
             with open(tmp, 'wb') as f:
                 f.write(data)
             os.chmod(tmp, member.mode & 0o755)
             os.replace(tmp, path)
-    with open(home + '/.digest.tmp', 'w') as f:
+    tmp = '%s/.digest.%d.tmp' % (home, os.getpid())
+    with open(tmp, 'w') as f:
         f.write(digest)
-    os.replace(home + '/.digest.tmp', home + '/.digest')
+    os.replace(tmp, home + '/.digest')
 if code is None:
     out('sandkit-boot failed the agent does not match its checksum')
     sys.exit(7)
