@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sandkit import SandboxKey, Settings, hostlimits
+from sandkit.local import LocalProvider
 from sandkit.models import ExecuteResult
 from sandkit.runtime import process
 from sandkit.runtime.capture import ELIDED_MARKER, REDACTED, HeadTail, Redactor
@@ -241,12 +247,46 @@ def test_timeout_kills_a_command_that_ignores_sigterm(box: Box) -> None:
     assert wait_dead(int((box.ws / "sh.pid").read_text()))
 
 
-def test_background_child_holding_the_pipes_does_not_hang_a_finished_command(box: Box) -> None:
+def test_background_children_end_with_the_shell(box: Box) -> None:
     started = time.monotonic()
     r = run(box.ctx, "sleep 30 & echo $! > bg.pid; echo done", timeout=20)
     assert (r["exit_code"], r["stdout"], r["timed_out"]) == (0, "done\n", False)
-    assert time.monotonic() - started < 3
-    os.kill(int((box.ws / "bg.pid").read_text()), 9)
+    assert time.monotonic() - started < 1  # no grace needed: sleep dies of SIGTERM
+    assert wait_dead(int((box.ws / "bg.pid").read_text()))
+
+
+def test_redirected_and_nohup_children_end_with_the_shell_too(box: Box) -> None:
+    r = run(box.ctx, "nohup sleep 30 >/dev/null 2>&1 </dev/null & echo $! > bg.pid; disown")
+    assert r["exit_code"] == 0
+    assert wait_dead(int((box.ws / "bg.pid").read_text()))
+
+
+def test_background_child_ignoring_sigterm_is_killed_after_the_grace(box: Box) -> None:
+    started = time.monotonic()
+    r = run(
+        box.ctx,
+        "(trap '' TERM; touch ready; exec sleep 30) & echo $! > bg.pid; "
+        "until [ -e ready ]; do sleep 0.01; done; echo done",  # the trap is set
+    )
+    assert (r["exit_code"], r["stdout"]) == (0, "done\n")
+    assert process.TERM_GRACE_S <= time.monotonic() - started < process.TERM_GRACE_S + 2
+    assert wait_dead(int((box.ws / "bg.pid").read_text()))
+
+
+def test_output_of_background_children_before_the_shell_exits_is_kept(box: Box) -> None:
+    r = run(box.ctx, "(echo from-child; sleep 30) & sleep 0.2; echo from-shell")
+    assert sorted(r["stdout"].splitlines()) == ["from-child", "from-shell"]
+
+
+@pytest.mark.skipif(shutil.which("setsid") is None, reason="no setsid")
+def test_a_process_in_its_own_session_outlives_the_call(box: Box) -> None:
+    """The documented way to keep something running: it left before the shell exited."""
+    r = run(box.ctx, "setsid -w sh -c 'sleep 30 >/dev/null 2>&1 & echo $!'")
+    pid = int(r["stdout"])
+    try:
+        assert r["exit_code"] == 0 and not is_dead(pid)
+    finally:
+        os.kill(pid, 9)
 
 
 @pytest.mark.skipif(shutil.which("setsid") is None, reason="no setsid")
@@ -385,3 +425,198 @@ def test_no_zombie_or_leftover_from_a_finished_command(box: Box) -> None:
     r = run(box.ctx, "echo $$")
     assert wait_dead(int(r["stdout"]))
     assert shutil.which("sh")
+
+
+# -- host limits: the local provider's cgroup, or rlimits -----------------------------------
+
+FORK_COUNT = (
+    "import os, time\n"
+    "n = 0\n"
+    "try:\n"
+    "    while n < 200:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(20)\n"
+    "            os._exit(0)\n"
+    "        n += 1\n"
+    "except OSError:\n"
+    "    pass\n"
+    "print(n)\n"
+)
+HOG = "b = b'x' * (256 << 20); print('survived')"
+PY = shlex.quote(sys.executable)
+
+
+def require_cgroups() -> None:
+    """Skip on a machine where we may not make cgroups; under CI=true that is a failure."""
+    probe = hostlimits.create(64, 64 * 1024 * 1024)
+    probe.remove()
+    if probe.mechanism == {"processes": "cgroup", "memory": "cgroup"}:
+        return
+    reason = f"no writable cgroup with pids and memory here ({probe.mechanism})"
+    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+        pytest.fail(f"{reason} (CI=true: the local bounds must be tested)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture()
+def bounded(box: Box) -> Iterator[tuple[Context, hostlimits.ProcessBounds]]:
+    require_cgroups()
+    bounds = hostlimits.create(32, 64 * 1024 * 1024)
+    try:
+        yield dataclasses.replace(box.ctx, bounds=bounds), bounds
+    finally:
+        bounds.remove()
+
+
+def test_commands_run_in_the_sandboxs_cgroups(
+    bounded: tuple[Context, hostlimits.ProcessBounds],
+) -> None:
+    ctx, bounds = bounded
+    joined = run(ctx, "cat /proc/self/cgroup")["stdout"]
+    for path in bounds.cgroups:
+        assert os.path.basename(path) in joined
+
+
+def test_cgroup_caps_the_processes_of_a_command(
+    bounded: tuple[Context, hostlimits.ProcessBounds],
+) -> None:
+    ctx, _ = bounded
+    r = run(ctx, f"{PY} -c {shlex.quote(FORK_COUNT)}")
+    assert 20 < int(r["stdout"]) < 32  # the shell and python take two of the 32
+
+
+def test_cgroup_memory_limit_kills_the_hog_not_the_caller(
+    bounded: tuple[Context, hostlimits.ProcessBounds],
+) -> None:
+    ctx, _ = bounded
+    r = run(ctx, f"{PY} -c {shlex.quote(HOG)}")
+    assert r["exit_code"] == 137 and "survived" not in r["stdout"]
+    assert run(ctx, "echo ok")["stdout"] == "ok\n"
+
+
+def test_remove_kills_what_left_the_group_and_deletes_the_cgroups(
+    bounded: tuple[Context, hostlimits.ProcessBounds],
+) -> None:
+    ctx, bounds = bounded
+    pid = int(run(ctx, "setsid -w sh -c 'sleep 60 >/dev/null 2>&1 & echo $!'")["stdout"])
+    assert not is_dead(pid)  # it outlived the call ...
+    bounds.remove()
+    assert wait_dead(pid)  # ... not the sandbox
+    assert not any(os.path.exists(path) for path in bounds.cgroups)
+
+
+def test_without_cgroups_rlimits_bound_each_command(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unavailable(proc_root: str) -> dict[str, str]:
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr(hostlimits, "_our_cgroups", unavailable)
+    bounds = hostlimits.create(32, 64 * 1024 * 1024)
+    assert bounds.cgroups == ()
+    expected = "none" if os.geteuid() == 0 else "rlimit"  # root ignores RLIMIT_NPROC
+    assert bounds.mechanism == {"processes": expected, "memory": "rlimit"}
+    ctx = dataclasses.replace(box.ctx, bounds=bounds)
+    assert run(ctx, "ulimit -d")["stdout"] == f"{64 * 1024}\n"  # KiB, hard limit too
+    assert run(ctx, "ulimit -H -d")["stdout"] == f"{64 * 1024}\n"
+    r = run(ctx, f"{PY} -c {shlex.quote(HOG)}")
+    assert r["exit_code"] == 1 and "MemoryError" in r["stderr"]
+
+
+def _fake_proc(tmp_path: Path, cgroup: str, mounts: list[str]) -> str:
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "cgroup").write_text(cgroup)
+    (proc / "self" / "mountinfo").write_text("".join(line + "\n" for line in mounts))
+    return str(proc)
+
+
+def test_cgroup_v1_discovery_uses_our_own_cgroup_under_each_hierarchy(tmp_path: Path) -> None:
+    cg = tmp_path / "cg"
+    (cg / "pids").mkdir(parents=True)
+    (cg / "memory" / "api" / "a b").mkdir(parents=True)
+    proc = _fake_proc(
+        tmp_path,
+        "8:pids:/\n4:memory:/api/a b\n1:cpu,cpuacct:/\n0::/\n",
+        [
+            f"31 23 0:28 / {tmp_path} rw - tmpfs tmpfs rw",
+            f"39 31 0:36 / {cg}/pids rw,relatime - cgroup cgroup rw,pids",
+            f"35 31 0:32 / {cg}/memory rw,relatime - cgroup cgroup rw,memory",
+            f"41 31 0:38 / {cg}/unified rw,relatime - cgroup2 cgroup2 rw",
+        ],
+    )
+    bounds = hostlimits.create(48, 1 << 30, proc_root=proc)
+    pids, memory = sorted(bounds.cgroups, key=lambda p: "memory" in p)
+    assert Path(pids).parent == cg / "pids" and Path(memory).parent == cg / "memory/api/a b"
+    assert os.path.basename(pids).startswith(f"sandkit-{os.getpid()}-")
+    assert Path(pids, "pids.max").read_text() == "48"
+    assert Path(memory, "memory.limit_in_bytes").read_text() == str(1 << 30)
+    assert bounds.pids_by_cgroup and bounds.memory_by_cgroup
+
+
+def test_cgroup_v2_discovery_enables_the_controllers_for_children(tmp_path: Path) -> None:
+    ours = tmp_path / "cg" / "user.slice" / "app"
+    ours.mkdir(parents=True)
+    (ours / "cgroup.controllers").write_text("cpu memory pids\n")
+    (ours / "cgroup.subtree_control").write_text("")
+    proc = _fake_proc(
+        tmp_path,
+        "0::/user.slice/app\n",
+        [f"25 1 0:22 / {tmp_path}/cg rw,nosuid - cgroup2 cgroup2 rw,nsdelegate"],
+    )
+    bounds = hostlimits.create(48, 1 << 30, proc_root=proc)
+    (made,) = bounds.cgroups
+    assert Path(made).parent == ours
+    # Each controller is enabled by its own write ("+memory", then "+pids"); a
+    # plain file keeps the last one.
+    assert (ours / "cgroup.subtree_control").read_text() == "+pids"
+    assert Path(made, "pids.max").read_text() == "48"
+    assert Path(made, "memory.max").read_text() == str(1 << 30)
+    assert Path(made, "memory.swap.max").read_text() == "0"
+
+
+def test_a_cgroup_outside_the_mounted_hierarchy_means_rlimits(tmp_path: Path) -> None:
+    proc = _fake_proc(
+        tmp_path,
+        "0::/elsewhere\n",
+        [f"25 1 0:22 /container {tmp_path}/cg rw - cgroup2 cgroup2 rw"],
+    )
+    assert hostlimits.create(48, 1 << 30, proc_root=proc).cgroups == ()
+
+
+def test_cgroups_of_a_dead_provider_are_swept(tmp_path: Path) -> None:
+    require_cgroups()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    bounds = hostlimits.create(32, 64 * 1024 * 1024)
+    try:
+        parent = os.path.dirname(bounds.cgroups[0])
+        stale = os.path.join(parent, f"sandkit-{dead.pid}-0123456789ab")
+        os.mkdir(stale)
+        hostlimits.create(32, 64 * 1024 * 1024).remove()  # making one sweeps the parent
+        assert not os.path.exists(stale)
+    finally:
+        bounds.remove()
+
+
+def test_local_provider_bounds_each_sandbox_and_release_ends_everything(tmp_path: Path) -> None:
+    require_cgroups()
+    settings = Settings(data_root=tmp_path / "data", execute_enabled=True)
+    provider = LocalProvider(settings)
+    key = SandboxKey("u", "t")
+    try:
+        sandbox = provider.acquire(key)
+        bounds = provider._bounds[key]
+        assert len(bounds.cgroups) == 2
+        out = sandbox.execute("setsid -w sh -c 'sleep 60 >/dev/null 2>&1 & echo $!'")
+        pid = int(out.stdout)
+        assert not is_dead(pid)
+        provider.release(key)
+        assert wait_dead(pid)
+        assert not any(os.path.exists(path) for path in bounds.cgroups)
+    finally:
+        provider.shutdown()
+    quiet = LocalProvider(Settings(data_root=tmp_path / "data"))  # execute off: no cgroup
+    quiet.acquire(key)
+    assert quiet._bounds == {}
+    quiet.shutdown()

@@ -70,6 +70,10 @@ class LimitsSettings(BaseModel):
     exec_default_timeout_s: float = Field(120.0, gt=0, le=86_400)
     exec_max_timeout_s: float = Field(3600.0, gt=0, le=86_400)
     exec_output_bytes: int = Field(64 * KIB, ge=1 * KIB, le=16 * MIB)
+    # The local provider's bound on its commands (docs/providers/local.md); Docker,
+    # Kubernetes and E2B boxes are bounded by their own options.
+    exec_max_processes: int = Field(256, ge=8, le=4096)
+    exec_memory_bytes: int = Field(1 * GIB, ge=16 * MIB, le=64 * GIB)
 
     @model_validator(mode="after")
     def _defaults_below_ceilings(self) -> LimitsSettings:

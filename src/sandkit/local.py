@@ -1,7 +1,8 @@
 """The embedded default: thread directories on this host, operations in-process.
 
 No isolation beyond the path jail, which is why `execute` (a host shell) is
-off until the operator turns it on.
+off until the operator turns it on. When it is on, each sandbox's commands
+run in a cgroup of their own (or under rlimits), see `hostlimits`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 from .calling import CallingSandbox
 from .config import Settings
 from .errors import ErrorCode, SandboxError
+from .hostlimits import ProcessBounds
+from .hostlimits import create as create_bounds
 from .paths import ThreadLayout
 from .provider import SandboxKey, SandboxProvider
 from .runtime.context import Context
@@ -42,7 +45,12 @@ class LocalSandbox(CallingSandbox):
         self._closed = True
 
 
-def build_context(settings: Settings, layout: ThreadLayout, rg_path: str | None) -> Context:
+def build_context(
+    settings: Settings,
+    layout: ThreadLayout,
+    rg_path: str | None,
+    bounds: ProcessBounds | None = None,
+) -> Context:
     return Context(
         mapping=layout.host_mapping(),
         limits=settings.limits.to_limits(),
@@ -50,6 +58,7 @@ def build_context(settings: Settings, layout: ThreadLayout, rg_path: str | None)
         execute_enabled=settings.execute_enabled,
         secrets=settings.secret_values(),
         scrubbed_env=tuple(settings.scrubbed_env),
+        bounds=bounds,
     )
 
 
@@ -61,6 +70,7 @@ class LocalProvider(SandboxProvider):
         self._rg_path = find_rg()
         self._lock = threading.Lock()
         self._active: dict[SandboxKey, LocalSandbox] = {}
+        self._bounds: dict[SandboxKey, ProcessBounds] = {}
 
     def acquire(self, key: SandboxKey) -> LocalSandbox:
         with self._lock:
@@ -68,7 +78,15 @@ class LocalProvider(SandboxProvider):
             if sandbox is None:
                 layout = ThreadLayout.for_key(self.settings, key)
                 layout.create_dirs()
-                sandbox = self._open(key, build_context(self.settings, layout, self._rg_path))
+                bounds = self._make_bounds(key)
+                context = build_context(self.settings, layout, self._rg_path, bounds)
+                try:
+                    sandbox = self._open(key, context)
+                except BaseException:
+                    if bounds is not None:
+                        del self._bounds[key]
+                        bounds.remove()
+                    raise
                 self._active[key] = sandbox
             sandbox.last_used = time.monotonic()
             return sandbox
@@ -77,6 +95,15 @@ class LocalProvider(SandboxProvider):
         """The sandbox over a thread's context; a subclass may run it elsewhere."""
         return LocalSandbox(key, Runtime(context))
 
+    def _make_bounds(self, key: SandboxKey) -> ProcessBounds | None:
+        """A cgroup (or rlimits) for the sandbox's commands; none when execute is off."""
+        if not self.settings.execute_enabled:
+            return None
+        limits = self.settings.limits
+        bounds = create_bounds(limits.exec_max_processes, limits.exec_memory_bytes)
+        self._bounds[key] = bounds
+        return bounds
+
     def get(self, key: SandboxKey) -> LocalSandbox | None:
         with self._lock:
             return self._active.get(key)
@@ -84,8 +111,11 @@ class LocalProvider(SandboxProvider):
     def release(self, key: SandboxKey) -> None:
         with self._lock:
             sandbox = self._active.pop(key, None)
+            bounds = self._bounds.pop(key, None)
         if sandbox is not None:
             sandbox.close()
+        if bounds is not None:  # kill what its commands left running, delete the cgroup
+            bounds.remove()
 
     def destroy(self, key: SandboxKey) -> None:
         self.release(key)
@@ -94,8 +124,12 @@ class LocalProvider(SandboxProvider):
         with self._lock:
             sandboxes = list(self._active.values())
             self._active.clear()
+            bounds = list(self._bounds.values())
+            self._bounds.clear()
         for sandbox in sandboxes:
             sandbox.close()
+        for each in bounds:
+            each.remove()
 
     def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
         cutoff = time.monotonic() - max_idle_s

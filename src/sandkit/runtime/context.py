@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Tuple
+from typing import Callable, Optional, Protocol, Tuple
 
 from .limits import Limits
 from .pathmap import PathMapping
+
+
+class CommandBounds(Protocol):
+    """Host limits a command runs under (the local provider's `sandkit.hostlimits`)."""
+
+    def preexec(self) -> Callable[[], None]:
+        """A step for the child between fork and exec: system calls only, no locks."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,3 +28,6 @@ class Context:
     secrets: Tuple[str, ...] = ()
     # Environment variable names never passed to commands unless asked for.
     scrubbed_env: Tuple[str, ...] = ()
+    # Host limits for commands (set by the local provider). None in a box, whose
+    # own limits bound what its commands use.
+    bounds: Optional[CommandBounds] = None

@@ -33,6 +33,9 @@ class Limits:
     exec_default_timeout_s: float = 120.0
     exec_max_timeout_s: float = 3600.0
     exec_output_bytes: int = 64 * KIB
+    # Local provider only (its per-sandbox cgroup or rlimits); a box has its own limits.
+    exec_max_processes: int = 256
+    exec_memory_bytes: int = 1024 * MIB
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

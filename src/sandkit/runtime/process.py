@@ -1,7 +1,9 @@
 """execute: one shell command, bounded in time and output, in its own process group.
 
 The command runs under bash (or /bin/sh when bash is missing) in a new
-session, so a timeout can kill everything it started. Both pipes are read
+session; when the shell exits or the timeout passes, the whole process
+group is ended, so nothing the command started in its group outlives the
+call. Both pipes are read
 concurrently into bounded head/tail buffers; secrets are redacted and real
 paths masked before the output leaves. docs/operations.md has the contract.
 """
@@ -30,7 +32,7 @@ INHERITED_ENV = ("PATH", "TZ", "TMPDIR", "USER", "LOGNAME")
 MAX_COMMAND_BYTES = 128 * 1024 - 1
 
 TERM_GRACE_S = 1.0  # between SIGTERM and SIGKILL of the group on timeout
-DRAIN_AFTER_EXIT_S = 0.2  # how long pipes held open by background children are read
+DRAIN_AFTER_EXIT_S = 0.2  # how long pipes held by a process that left the group are read
 _POLL_S = 0.05
 _CHUNK = 1 << 16
 
@@ -93,23 +95,36 @@ def _home(ctx: Context, cwd: str) -> str:
 
 
 class _Pipes:
-    """Both output pipes of a child, read without blocking into bounded buffers."""
+    """Both output pipes of a child, read without blocking into bounded buffers.
+
+    Where the kernel offers a pidfd (Linux >= 5.3) the child's exit wakes the
+    reader at once; otherwise `stop` is polled.
+    """
 
     def __init__(self, proc: "subprocess.Popen[bytes]", out: HeadTail, err: HeadTail) -> None:
         self._selector = selectors.DefaultSelector()
+        self._pipes = 0
         for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
             assert stream is not None
             os.set_blocking(stream.fileno(), False)
             self._selector.register(stream.fileno(), selectors.EVENT_READ, sink)
+            self._pipes += 1
+        self._pidfd = -1
+        pidfd_open = getattr(os, "pidfd_open", None)
+        if pidfd_open is not None:
+            with contextlib.suppress(OSError):  # an older kernel: poll instead
+                self._pidfd = pidfd_open(proc.pid)
+                self._selector.register(self._pidfd, selectors.EVENT_READ, None)
 
     @property
     def open(self) -> bool:
-        return bool(self._selector.get_map())
+        return self._pipes > 0
 
     def pump(self, until: float, stop: Callable[[], bool]) -> None:
         """Read until both pipes hit EOF, `until` passes or `stop()` says so.
 
-        `stop` is asked at most every _POLL_S, so it may cost a few syscalls.
+        `stop` is asked when the child exits and at most every _POLL_S
+        otherwise, so it may cost a few syscalls.
         """
         next_check = 0.0
         while self.open:
@@ -121,6 +136,10 @@ class _Pipes:
                     return
                 next_check = now + _POLL_S
             for key, _ in self._selector.select(min(until - now, _POLL_S)):
+                if key.data is None:  # the pidfd: the child exited
+                    self._selector.unregister(key.fd)
+                    next_check = 0.0
+                    continue
                 try:
                     data = os.read(key.fd, _CHUNK)
                 except BlockingIOError:
@@ -129,9 +148,13 @@ class _Pipes:
                     key.data.feed(data)
                 else:
                     self._selector.unregister(key.fd)
+                    self._pipes -= 1
 
     def close(self) -> None:
         self._selector.close()
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]", sig: int) -> None:
@@ -174,8 +197,20 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _group_gone(proc: "subprocess.Popen[bytes]") -> bool:
-    proc.poll()  # reap the shell so it does not count
     return not _group_alive(proc.pid)
+
+
+def _exited(proc: "subprocess.Popen[bytes]") -> bool:
+    """Has the shell exited? It is not reaped, so its pid, the group's id, stays taken."""
+    if proc.returncode is not None:
+        return True
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:  # no waitid (not Linux): reap; the pgid is then briefly reusable
+        return proc.poll() is not None
+    try:
+        return waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return proc.poll() is not None
 
 
 def _exit_code(returncode: int) -> int:
@@ -183,10 +218,39 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _end_group(proc: "subprocess.Popen[bytes]", pipes: _Pipes) -> None:
+    """SIGTERM to the whole group, SIGKILL to what is left after the grace, reap the shell.
+
+    A group with nothing left but the exited shell costs two signals and no wait.
+    """
+    _kill_group(proc, signal.SIGTERM)
+    grace_end = time.monotonic() + TERM_GRACE_S
+    pause = 0.001  # most groups are gone within a few ms of the signal: look early
+    while not _group_gone(proc) and time.monotonic() < grace_end:
+        until = min(time.monotonic() + pause, grace_end)
+        if pipes.open:
+            pipes.pump(until, lambda: False)
+        else:
+            time.sleep(max(until - time.monotonic(), 0))
+        pause = min(pause * 2, _POLL_S)
+    _kill_group(proc, signal.SIGKILL)
+    proc.wait()
+
+
 def _run(
-    argv: List[str], cwd: str, env: Dict[str, str], timeout: float, out: HeadTail, err: HeadTail
+    argv: List[str],
+    cwd: str,
+    env: Dict[str, str],
+    timeout: float,
+    out: HeadTail,
+    err: HeadTail,
+    preexec: Optional[Callable[[], None]] = None,
 ) -> Optional[int]:
-    """Run to completion or timeout; the exit code, or None when it timed out."""
+    """Run to completion or timeout; the exit code, or None when it timed out.
+
+    Either way the call ends with its process group: what the shell started
+    in the background is stopped when the shell exits.
+    """
     proc = subprocess.Popen(
         argv,
         cwd=cwd,
@@ -196,29 +260,20 @@ def _run(
         stderr=subprocess.PIPE,
         start_new_session=True,
         close_fds=True,
+        preexec_fn=preexec,
     )
     pipes = _Pipes(proc, out, err)
     try:
         deadline = time.monotonic() + timeout
-        pipes.pump(deadline, lambda: proc.poll() is not None)
-        if not pipes.open and proc.returncode is None:
-            # Output closed but the shell still runs (e.g. `exec >&-; sleep 9`).
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(deadline - time.monotonic(), 0))
-        if proc.poll() is not None:
-            # Finished. Background children may hold the pipes open; read what
-            # they have for a moment, then let them be.
-            pipes.pump(time.monotonic() + DRAIN_AFTER_EXIT_S, lambda: False)
-            return _exit_code(proc.returncode)
-        _kill_group(proc, signal.SIGTERM)
-        grace_end = time.monotonic() + TERM_GRACE_S
-        pipes.pump(grace_end, lambda: _group_gone(proc))
-        while not _group_gone(proc) and time.monotonic() < grace_end:
-            time.sleep(_POLL_S)  # pipes closed, but something still runs
-        _kill_group(proc, signal.SIGKILL)
-        proc.wait()
+        pipes.pump(deadline, lambda: _exited(proc))
+        while not _exited(proc) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)  # output closed but the shell runs (`exec >&-; sleep 9`)
+        timed_out = not _exited(proc)
+        _end_group(proc, pipes)
+        # A process that left the group may still hold the pipes: read what it
+        # has for a moment, then close them.
         pipes.pump(time.monotonic() + DRAIN_AFTER_EXIT_S, lambda: False)
-        return None
+        return None if timed_out else _exit_code(proc.returncode)
     finally:
         pipes.close()
         for stream in (proc.stdout, proc.stderr):
@@ -256,9 +311,16 @@ def execute(
     out = HeadTail(cap // 2, cap - cap // 2, margin)
     err = HeadTail(cap // 2, cap - cap // 2, margin)
 
+    preexec = ctx.bounds.preexec() if ctx.bounds is not None else None
     started = time.monotonic()
     try:
-        exit_code = _run([shell, "-c", real_command], real_cwd, environment, seconds, out, err)
+        exit_code = _run(
+            [shell, "-c", real_command], real_cwd, environment, seconds, out, err, preexec
+        )
+    except subprocess.SubprocessError:  # the preexec step failed: the limits are gone
+        raise SandboxError(
+            ErrorCode.UNAVAILABLE, "the sandbox's process limits could not be applied"
+        ) from None
     except OSError as exc:
         raise to_sandbox_error(ctx.mapping, exc) from None
     except ValueError as exc:  # e.g. an env value Popen refuses
