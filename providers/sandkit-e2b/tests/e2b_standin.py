@@ -16,7 +16,9 @@ How it mirrors the service:
   `/bin/bash -l -c` as `user` unless `user="root"`; stdout reaches callbacks
   decoded as UTF-8 text, like the SDK's;
 - metadata, template and id live in container labels, so separate provider
-  instances (separate "processes") see the same sandboxes, like the cloud;
+  instances (separate "processes") see the same sandboxes, like the cloud; a
+  sandbox another process's stand-in created (one that was then killed, say)
+  is taken over from its container, since the service outlives its clients;
 - timeouts are enforced by a timer: an expired sandbox is paused or killed
   per `lifecycle={"on_timeout": ...}`; `connect` resumes a paused sandbox and
   only lengthens a running one's timeout; `set_timeout` sets it outright;
@@ -77,6 +79,7 @@ from e2b.sandbox_sync.filesystem.filesystem import Filesystem as RealFilesystem
 LABEL_SESSION = "sandkit.e2b-standin"
 LABEL_ID = "e2b.sandbox-id"
 LABEL_TEMPLATE = "e2b.template"
+LABEL_ON_TIMEOUT = "e2b.on-timeout"
 META_PREFIX = "e2b.meta."
 DEFAULT_TIMEOUT_S = 300
 USERS = {"user": ("user", "/home/user"), "root": ("root", "/root")}
@@ -174,14 +177,24 @@ class _Record:
 class Cloud:
     """The stand-in's service side: one per test session."""
 
-    def __init__(self, client: Any, templates: dict[str, str], session: str) -> None:
+    def __init__(
+        self,
+        client: Any,
+        templates: dict[str, str],
+        session: str,
+        tmpfs: dict[str, str] | None = None,
+    ) -> None:
         self.client = client
         self.templates = dict(templates)
         self.session = session
+        # Mounted in every sandbox (path -> options), e.g. a small /mnt/user-data
+        # to fill the sandbox's disk.
+        self.tmpfs = dict(tmpfs or {})
         self.calls: collections.Counter[str] = collections.Counter()
         self.valid_keys: set[str] | None = None  # None: any non-empty key is accepted
         self._faults: dict[str, list[BaseException]] = collections.defaultdict(list)
         self._records: dict[str, _Record] = {}
+        self._killed: set[str] = set()
         self._lock = threading.RLock()
         self._timer: threading.Thread | None = None
         self._stop = threading.Event()
@@ -262,6 +275,8 @@ class Cloud:
         with self._lock:
             record = self._records.get(sandbox_id)
         if record is None:
+            record = self._take_over(sandbox_id)
+        if record is None:
             raise SandboxNotFoundException(f"Sandbox {sandbox_id} not found")
         return record
 
@@ -271,14 +286,32 @@ class Cloud:
         Kept by the service itself (every pause, resume and kill goes through
         it), so a data-plane call costs no engine round trip.
         """
-        record = self._records.get(sandbox_id)
+        record = self._records.get(sandbox_id) or self._take_over(sandbox_id)
         return None if record is None else record.state
+
+    def _take_over(self, sandbox_id: str) -> _Record | None:
+        """The record of a sandbox whose creator (another process) is gone, from its container."""
+        if not sandbox_id or sandbox_id in self._killed:
+            return None
+        container = self.container_of(sandbox_id)
+        if container is None or container.status not in ("running", "paused"):
+            return None
+        record = _Record(
+            container.id,
+            time.monotonic() + DEFAULT_TIMEOUT_S,
+            container.labels.get(LABEL_ON_TIMEOUT, "kill"),
+        )
+        record.state = str(container.status)
+        with self._lock:
+            record = self._records.setdefault(sandbox_id, record)
+        self._start_timer()
+        return record
 
     def running_record(self, sandbox_id: str) -> _Record:
         """For data-plane calls: the record of a running sandbox, else NotRunning."""
         if self.state(sandbox_id) != "running":
             raise _not_running(sandbox_id)
-        return self._records[sandbox_id]
+        return self.record(sandbox_id)
 
     def end_processes(self, record: _Record) -> None:
         for process in list(record.processes.values()):
@@ -299,6 +332,7 @@ class Cloud:
     def do_kill(self, sandbox_id: str) -> bool:
         with self._lock:
             record = self._records.pop(sandbox_id, None)
+            self._killed.add(sandbox_id)
             container = self.container_of(sandbox_id)
             if record is not None:
                 self.end_processes(record)
@@ -733,6 +767,7 @@ class StandinSandbox:
             LABEL_SESSION: cloud.session,
             LABEL_ID: sandbox_id,
             LABEL_TEMPLATE: template,
+            LABEL_ON_TIMEOUT: str(on_timeout),
             **{META_PREFIX + k: v for k, v in (metadata or {}).items()},
         }
         container = cloud.client.containers.run(
@@ -744,6 +779,7 @@ class StandinSandbox:
             detach=True,
             init=True,
             network_mode="bridge",
+            tmpfs=cloud.tmpfs or None,
         )
         code, output = container.exec_run(["sh", "-c", _MAKE_USER], user="root")
         if code != 0:

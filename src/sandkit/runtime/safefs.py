@@ -107,17 +107,22 @@ def atomic_replace(dir_fd: int, name: str, data: bytes, mode: Optional[int]) -> 
     Readers see the old content or the new, never a mix; the temp file is
     removed on any failure. `mode` keeps an existing file's permissions;
     None means a new file (0o666 minus umask).
+
+    Where the kernel and file system allow it (Linux O_TMPFILE), the data goes
+    to an unnamed file that gets its temp name only once it is complete, so a
+    writer killed outright (SIGKILL, a killed container) leaves no temp file
+    behind; only the instant between naming and rename remains.
     """
     temp = _TEMP_PREFIX + os.urandom(8).hex() + _TEMP_SUFFIX
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=dir_fd)
     try:
-        try:
-            write_all(fd, data)
-            if mode is not None:
-                os.fchmod(fd, stat.S_IMODE(mode))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if not _write_unnamed(dir_fd, temp, data, mode):
+            fd = os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=dir_fd
+            )
+            try:
+                _fill(fd, data, mode)
+            finally:
+                os.close(fd)
         # rename(2) replaces the target atomically (os.replace takes no dir fds
         # on some Pythons; on POSIX the two are the same call).
         os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -126,3 +131,39 @@ def atomic_replace(dir_fd: int, name: str, data: bytes, mode: Optional[int]) -> 
             os.unlink(temp, dir_fd=dir_fd)
         raise
     fsync_dir(dir_fd)
+
+
+# O_TMPFILE unsupported: by the file system (EOPNOTSUPP), or by an old kernel,
+# which takes the flag for O_DIRECTORY (EISDIR).
+_NO_TMPFILE = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)
+
+
+def _fill(fd: int, data: bytes, mode: Optional[int]) -> None:
+    write_all(fd, data)
+    if mode is not None:
+        os.fchmod(fd, stat.S_IMODE(mode))
+    os.fsync(fd)
+
+
+def _write_unnamed(dir_fd: int, temp: str, data: bytes, mode: Optional[int]) -> bool:
+    """Write `data` to an O_TMPFILE file in `dir_fd`, then link it there as `temp`.
+
+    False (nothing written) where O_TMPFILE or /proc (needed to link it) is missing.
+    """
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag or not os.path.isdir("/proc/self/fd"):
+        return False
+    try:
+        fd = os.open(".", os.O_WRONLY | flag, 0o666, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in _NO_TMPFILE:
+            return False
+        raise
+    try:
+        _fill(fd, data, mode)
+        # linkat(AT_SYMLINK_FOLLOW) through /proc names the open file; unlike
+        # AT_EMPTY_PATH it needs no capability.
+        os.link("/proc/self/fd/%d" % fd, temp, dst_dir_fd=dir_fd)
+    finally:
+        os.close(fd)
+    return True

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import secrets
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -65,6 +66,19 @@ log = logging.getLogger("sandkit.docker")
 FOREIGN_START_WAIT_S = 10.0
 # carrier http: how long a ping may take before the agent counts as gone.
 HTTP_PROBE_TIMEOUT_S = 3.0
+# Marks each stdio agent (in its environment, which commands never inherit) so the
+# provider can end the one a new channel replaces.
+AGENT_TAG_ENV = "SANDKIT_AGENT_TAG"
+# Kills this uid's processes whose environment carries the tag given in argv[1].
+_END_AGENT = (
+    "import os,signal,sys\n"
+    "tag=('" + AGENT_TAG_ENV + "='+sys.argv[1]).encode()\n"
+    "for p in os.listdir('/proc'):\n"
+    " try:\n"
+    "  with open('/proc/%s/environ'%p,'rb') as f:\n"
+    "   if tag in f.read().split(b'\\0'): os.kill(int(p),signal.SIGKILL)\n"
+    " except (OSError,ValueError): pass\n"
+)
 
 
 class DockerSandbox(TrackedSandbox):
@@ -80,6 +94,9 @@ class _Box:
     container_id: str | None = None
     sandbox: DockerSandbox | None = None
     stream: DockerExecStream | None = None
+    # The stdio agent of `stream`: its tag, and the container it runs in.
+    agent_tag: str | None = None
+    agent_container: str | None = None
     # carrier http: the agent the sandbox's calls go to.
     agent: AgentSlot = dataclasses.field(default_factory=AgentSlot)
     # Set when the engine said the container is gone or stopped: acquire re-checks.
@@ -626,11 +643,19 @@ class DockerProvider(SandboxProvider):
                 f"sandbox {box.key.sandbox_id} is not running; acquire it again",
             )
         argv = [self.options.python, "-I", AGENT_PATH, "--stdio"]
+        if box.agent_tag is not None and box.agent_container == container_id:
+            self._end_agent(container_id, box.agent_tag)
+        tag = secrets.token_hex(8)
         try:
             # cwd "/": the agent's own cwd must not be a mount, or a symlink to
             # /proc/self/cwd would resolve inside the jail.
             stream = DockerExecStream.open(
-                self.client, container_id, argv, user=self.options.user, workdir="/"
+                self.client,
+                container_id,
+                argv,
+                user=self.options.user,
+                workdir="/",
+                environment={AGENT_TAG_ENV: tag},
             )
         except docker.errors.NotFound:
             box.dead = True
@@ -651,7 +676,30 @@ class DockerProvider(SandboxProvider):
             box.dead = True
             raise engine_error(exc, "starting the agent") from None
         box.stream = stream
+        box.agent_tag, box.agent_container = tag, container_id
         return stream
+
+    def _end_agent(self, container_id: str, tag: str) -> None:
+        """End the agent a new channel replaces, if it still runs.
+
+        Its channel is gone, but the agent may not know: with the engine's
+        live-restore, a restarted dockerd never closes the stdin of an exec it
+        started before, and a hung agent that was given up on is still busy.
+        Left alone, each would idle in the box for good. Best effort.
+        """
+        try:
+            api = self.client.api
+            exec_id = api.exec_create(
+                container_id,
+                [self.options.python, "-I", "-c", _END_AGENT, tag],
+                user=self.options.user,
+                workdir="/",
+                stdout=False,
+                stderr=False,
+            )["Id"]
+            api.exec_start(exec_id)
+        except Exception as exc:  # the new agent matters more; the next start tries again
+            log.debug("ending the replaced agent in %s: %s", container_id[:12], exc)
 
 
 def _container_ip(attrs: dict[str, Any], network: str) -> str:
