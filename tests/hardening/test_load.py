@@ -91,6 +91,7 @@ class Conversation:
     foreign: list[str] = dataclasses.field(default_factory=list)  # another thread's files
     version: int = 0
     shell_files: int = 0
+    slowest: list[tuple[float, str, int]] = dataclasses.field(default_factory=list)
 
     @property
     def tag(self) -> str:
@@ -107,7 +108,11 @@ class Conversation:
         try:
             return call()
         finally:
-            self.latencies[kind].append((time.perf_counter() - started) * 1000.0)
+            ms = (time.perf_counter() - started) * 1000.0
+            self.latencies[kind].append(ms)
+            # Which call of the thread it was: the first grep or execute of a box is cold.
+            self.slowest.append((ms, kind, len(self.latencies[kind])))
+            self.slowest = sorted(self.slowest, reverse=True)[:3]
 
     def check_own(self, paths: list[str], what: str) -> None:
         """Every path a result names must be this thread's own."""
@@ -296,10 +301,11 @@ def load_report(request: pytest.FixtureRequest) -> _LoadReport:
     return report
 
 
-def _shut_down(target: Target, provider: SandboxProvider) -> tuple[float, float, int]:
-    """shutdown(); seconds it took, seconds until no box was left, boxes left after the wait."""
+def _shut_down(target: Target, *providers: SandboxProvider) -> tuple[float, float, int]:
+    """shutdown() each; seconds it took, seconds until no box was left, boxes left then."""
     started = time.monotonic()
-    provider.shutdown()
+    for provider in providers:
+        provider.shutdown()
     returned = time.monotonic() - started
     deadline = started + returned + GONE_WAIT_S
     left = target.boxes(provider)
@@ -380,6 +386,11 @@ def test_fifty_threads_of_mixed_operations(
             f"[{kind}]   {op:<8} n={len(values):<5} p50 {_percentile(values, 50):7.1f} ms"
             f"   p95 {_percentile(values, 95):7.1f} ms   max {max(values):7.1f} ms"
         )
+    slowest = sorted((s for c in conversations for s in c.slowest), reverse=True)[:5]
+    report.append(
+        f"[{kind}]   slowest: "
+        + ", ".join(f"{op} #{n} of its thread {ms / 1000:.1f} s" for ms, op, n in slowest)
+    )
 
     assert not errors, f"{len(errors)} errors under load, e.g. {errors[:5]}"
     assert not lost, f"{len(lost)} lost or torn writes, e.g. {lost[:5]}"
@@ -393,15 +404,19 @@ def test_parallel_acquires_of_one_key_create_one_box(
     figures: Figures,
     load_report: _LoadReport,
 ) -> None:
-    """100 acquires of one key at the same moment: one box, and every handle works."""
+    """100 acquires of one key at the same moment: one box, and every handle works.
+
+    Half go through a second provider instance with the same owner, as a second
+    replica of a service would: the two race to create the box.
+    """
     kind = target.kind
-    provider = make_provider()
+    provider, replica = make_provider(), make_provider()
     key = SandboxKey("load", "one-key")
     start = threading.Barrier(PARALLEL_ACQUIRES)
 
     def acquire_and_use(n: int) -> Sandbox:
         start.wait()
-        sandbox = provider.acquire(key)
+        sandbox = (provider if n % 2 else replica).acquire(key)
         sandbox.write_file(f"{WORKSPACE}/acquirers/{n:03d}.txt", f"acquirer {n}\n")
         return sandbox
 
@@ -410,19 +425,22 @@ def test_parallel_acquires_of_one_key_create_one_box(
         sandboxes = list(pool.map(acquire_and_use, range(PARALLEL_ACQUIRES)))
     acquire_s = time.monotonic() - started
     boxes = target.boxes(provider)
+    seen_by_replica = target.boxes(replica)  # local: each instance tracks its own
     figures.add(kind, "parallel_acquires", PARALLEL_ACQUIRES)
     figures.set(kind, "boxes_created", len(boxes))
 
     listing = sandboxes[-1].list_dir(f"{WORKSPACE}/acquirers")
     names = sorted(e.name for e in listing.entries)
-    shutdown_s, gone_s, left = _shut_down(target, provider)
+    shutdown_s, gone_s, left = _shut_down(target, replica, provider)
     figures.set(kind, "boxes_after_shutdown", left)
     load_report.lines.append(
-        f"[{kind}] {PARALLEL_ACQUIRES} parallel acquires of one key: {len(boxes)} box(es), "
+        f"[{kind}] {PARALLEL_ACQUIRES} parallel acquires of one key (two provider instances): "
+        f"{len(boxes)} box(es), "
         f"{acquire_s:.1f} s with one write each; shutdown {shutdown_s:.1f} s, "
         f"no box left after {gone_s:.1f} s"
     )
 
     assert len(boxes) == 1, boxes
+    assert len(seen_by_replica) == 1, seen_by_replica
     assert names == [f"{n:03d}.txt" for n in range(PARALLEL_ACQUIRES)]
     assert left == 0, f"{left} boxes still exist {GONE_WAIT_S:.0f} s after shutdown returned"

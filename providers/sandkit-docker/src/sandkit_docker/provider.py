@@ -46,6 +46,7 @@ from sandkit.transports.http import HttpTransport
 from sandkit.transports.stdio import StdioTransport
 
 from . import http_agent
+from .client import connect
 from .errors import engine_error
 from .http_agent import AgentSlot, SlotTransport
 from .options import DockerOptions
@@ -135,10 +136,7 @@ class DockerProvider(SandboxProvider):
             with self._client_lock:
                 if self._client is None:
                     try:
-                        if self.options.docker_host:
-                            client = docker.DockerClient(base_url=self.options.docker_host)
-                        else:
-                            client = docker.from_env()
+                        client = connect(self.options.docker_host)
                         client.ping()
                     except Exception as exc:
                         raise engine_error(exc, "connecting to Docker") from None
