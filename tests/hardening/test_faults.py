@@ -570,7 +570,7 @@ def test_interrupted_write_leaves_old_or_new(
 
 def _interrupt_local_writer(
     target: Target, data_root: Path, make_provider: Callable[..., SandboxProvider]
-) -> tuple[int, dict[str, int]]:
+) -> tuple[int, dict[str, Any]]:
     key = fresh_key("torn")
     path = f"{WORKSPACE}/big.txt"
     provider = make_provider()
@@ -605,7 +605,7 @@ def _interrupt_local_writer(
 
 def _interrupt_agent_writes(
     target: Target, make_provider: Callable[..., SandboxProvider]
-) -> tuple[int, dict[str, int]]:
+) -> tuple[int, dict[str, Any]]:
     key = fresh_key("torn")
     path = f"{WORKSPACE}/big.bin"
     size = 16 * 1024 * 1024
@@ -616,28 +616,46 @@ def _interrupt_agent_writes(
     started = time.monotonic()
     box.write_bytes(path, current)
     write_s = time.monotonic() - started
-    torn = strays = failed = 0
+    torn = strays = failed = kept_old = 0
+    slowest_s = 0.0
     for i in range(1, ROUNDS + 1):
         pid = box.info()["pid"]
         new = blob(f"v{i}", size)
-        delay = random.uniform(0.0, write_s)
-        writer, outcome = in_background(lambda new=new: box.write_bytes(path, new))
-        shot = killer.execute(f"sleep {delay:.3f}; kill -9 {pid}", timeout=60)
+        if i == 1:
+            # Deterministic worst case first: the agent is frozen, so the write piles up
+            # unread on its way in, then killed with it there (Kubernetes' exec stream
+            # never ended in that state; the write waited out its 120 s deadline).
+            assert killer.execute(f"kill -STOP {pid}").exit_code == 0
+            writer, outcome = in_background(lambda new=new: box.write_bytes(path, new))
+            time.sleep(1.0)
+            shot = killer.execute(f"kill -9 {pid}")
+        else:
+            delay = random.uniform(0.0, write_s)
+            writer, outcome = in_background(lambda new=new: box.write_bytes(path, new))
+            shot = killer.execute(f"sleep {delay:.3f}; kill -9 {pid}", timeout=60)
+        killed = time.monotonic()
         assert shot.exit_code in (0, 1), shot  # 1: the write and its agent ended first
         writer.join(ERROR_BOUND_S)
-        assert not writer.is_alive()
+        assert not writer.is_alive(), f"round {i}: the write still hangs after the kill"
+        slowest_s = max(slowest_s, outcome["ended"] - killed)
         code = error_code(outcome)
         assert code in (None, ErrorCode.UNAVAILABLE), outcome
         failed += code is not None
         content = box.read_bytes(path)  # a fresh agent answers
         if content not in (current, new):
             torn += 1
+        kept_old += content == current
         current = content
         strays += len(stray_temp_files(box))
     torn += len(lost_files(box, expected))
     assert strays == 0, f"{strays} temp files visible after {ROUNDS} killed agents"
     assert agents_in_box(box) == 2, "the killed agents are gone; the two live ones remain"
-    return torn, {"writes_failed": failed, "strays": strays}
+    return torn, {
+        "writes_failed": failed,
+        "old_kept": kept_old,
+        "strays": strays,
+        "slowest_answer_after_kill_s": round(slowest_s, 2),
+    }
 
 
 # -- 5. the disk full ---------------------------------------------------------------------

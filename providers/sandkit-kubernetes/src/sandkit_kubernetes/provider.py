@@ -76,6 +76,37 @@ class KubernetesSandbox(TrackedSandbox):
     pod_name: str = ""
 
 
+# Exit 0 when the process argv[1] is a stdio agent, _AGENT_GONE when it is not (any more).
+_AGENT_GONE = 3
+_AGENT_RUNS = (
+    "import sys\n"
+    "try:\n"
+    "    argv = open('/proc/%s/cmdline' % sys.argv[1], 'rb').read().split(b'\\0')\n"
+    "except OSError:\n"
+    "    argv = []\n"
+    f"sys.exit(0 if b'--stdio' in argv else {_AGENT_GONE})\n"
+)
+
+
+def _agent_pid(stream: KubeExecStream) -> int | None:
+    """The new stdio agent's pid, for the stream's watch: one `info` request (allowed
+    before initialize) with id 0, which the transport never uses."""
+    try:
+        stream.write(p.frame(p.request(0, "info", {})))
+        line = stream.readline(1 << 16)
+    except (OSError, EOFError):
+        return None
+    try:
+        message = json.loads(line)
+    except ValueError:
+        message = None
+    if not isinstance(message, dict) or message.get("id") != 0:
+        stream.unread(line)  # e.g. the agent's start check failing: the transport says why
+        return None
+    pid = (message.get("result") or {}).get("pid")
+    return pid if isinstance(pid, int) else None
+
+
 @dataclasses.dataclass(eq=False)
 class _Box:
     """What this provider knows about one key's pod."""
@@ -736,9 +767,36 @@ class KubernetesProvider(SandboxProvider):
     def _open_stream(self, box: _Box) -> ByteStream:
         """A fresh agent over an exec stream (the stdio transport's opener)."""
         stream = self._exec_boot(box, "stdio")
+        stream.agent_pid = _agent_pid(stream)
         stream.settimeout(None)
+        stream.watch = lambda: self._agent_alive(box, stream)
         box.stream = stream
         return stream
+
+    def _agent_alive(self, box: _Box, stream: KubeExecStream) -> bool | None:
+        """Is the stdio agent on `stream` still running? Asked by a separate exec (None:
+        cannot tell), when the stream has gone quiet after a big write (see stream.py)."""
+        pid = stream.agent_pid
+        if box.stream is not stream or pid is None:
+            return None
+        argv = [self.options.python, "-I", "-c", _AGENT_RUNS, str(pid)]
+        name = pod_name(self.options, box.key)
+        try:
+            probe = open_exec(
+                self._exec_api(), self.options.namespace, name, CONTAINER, argv, self._timeout
+            )
+        except Exception:  # the pod itself is gone: its stream ends by itself
+            return None
+        try:
+            probe.settimeout(self._timeout)
+            while probe.read():
+                pass
+            code = probe.exit_code()
+        except Exception:
+            return None
+        finally:
+            probe.close()
+        return {0: True, _AGENT_GONE: False}.get(code) if code is not None else None
 
     def _token(self, box: _Box) -> str:
         secret = self.options.token_secret

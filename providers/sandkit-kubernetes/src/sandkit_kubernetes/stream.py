@@ -5,6 +5,13 @@ whose frames carry a channel byte: 0 stdin (ours), 1 stdout, 2 stderr, 3 the
 exec's final status, 255 "close channel" (protocol v5). The reader works on
 whole frames straight from the socket (no polling), so a round trip costs
 one frame each way.
+
+A process that dies with stdin data still on its way (a big request half
+sent) never ends its exec stream: the kubelet keeps trying to deliver that
+data and never reports the exit (`kubectl exec -i` hangs the same way). So
+after a big write, a stream with a `watch` callback asks it, whenever the
+agent has been silent for `WATCH_AFTER_S`, whether the agent still lives,
+and ends the stream when it does not.
 """
 
 from __future__ import annotations
@@ -12,7 +19,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import socket
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from websocket import ABNF, WebSocketException
@@ -24,6 +34,10 @@ V5 = "v5.channel.k8s.io"
 # Big writes (a payload, a large write_file) go out in frames of this size.
 WRITE_CHUNK = 256 * 1024
 STDERR_KEEP_BYTES = 64 * 1024
+# A write this big can leave more unread stdin than the pipe holds when the agent dies.
+WATCH_BYTES = 256 * 1024
+# Silence after such a write before the watch is asked (then again every as long).
+WATCH_AFTER_S = 5.0
 _HANDSHAKE_RE = re.compile(r"Handshake status (\d{3})")
 
 
@@ -88,7 +102,8 @@ def _status_message(text: str) -> str:
 class KubeExecStream(ByteStream):
     """Reads stdout frames for the reader, keeps the stderr tail and the exit status."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, watch: Callable[[], bool | None] | None = None) -> None:
+        """`watch()` says whether the agent still lives (None: cannot tell)."""
         self._client = client  # kubernetes.stream.ws_client.WSClient
         self._ws = client.sock  # websocket.WebSocket
         self._v5 = client.subprotocol == V5
@@ -100,6 +115,14 @@ class KubeExecStream(ByteStream):
         self._closed = False
         self._write_lock = threading.Lock()
         self._read_lock = threading.Lock()
+        self.watch = watch
+        self.agent_pid: int | None = None  # the provider's watch asks about it
+        self._watch_lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        self._last_frame = time.monotonic()
+        self._big_write_at: float | None = None  # end of a big write not answered since
+        self._writing_big = False
+        self._ended_because = ""
 
     # -- ByteStream -------------------------------------------------------------
 
@@ -107,16 +130,25 @@ class KubeExecStream(ByteStream):
         if self._closed:
             raise EOFError("stream is closed")
         view = memoryview(data)
+        big = len(view) >= WATCH_BYTES and self.watch is not None
         with self._write_lock:
+            if big:  # watched from the start: a dead agent can leave the send blocked
+                self._writing_big = True
+                self._big_write_at = time.monotonic()
+                self._start_watcher()
             try:
                 for start in range(0, len(view), WRITE_CHUNK):
                     self._ws.send(
                         b"\x00" + view[start : start + WRITE_CHUNK].tobytes(),
                         opcode=ABNF.OPCODE_BINARY,
                     )
-            except (WebSocketException, AttributeError) as exc:
+            except (WebSocketException, AttributeError, OSError) as exc:
                 # AttributeError: websocket-client's socket was closed under us.
                 raise EOFError(f"the exec stream is closed ({exc})") from None
+            finally:
+                if big:
+                    self._big_write_at = time.monotonic()
+                    self._writing_big = False
 
     def read(self, max_bytes: int = 65536) -> bytes:
         with self._read_lock:
@@ -144,7 +176,7 @@ class KubeExecStream(ByteStream):
 
     def exit_detail(self) -> str:
         """Why the process is gone (exit status, stderr tail), for error messages."""
-        parts = []
+        parts = [self._ended_because] if self._ended_because else []
         status = self._status
         if status is not None:
             if status.get("status") == "Success":
@@ -161,6 +193,19 @@ class KubeExecStream(ByteStream):
     @property
     def at_eof(self) -> bool:
         return self._eof or self._closed
+
+    def exit_code(self) -> int | None:
+        """The process's exit code from the final status frame, once it came."""
+        status = self._status
+        if status is None:
+            return None
+        if status.get("status") == "Success":
+            return 0
+        for cause in (status.get("details") or {}).get("causes") or []:
+            if cause.get("reason") == "ExitCode":
+                with contextlib.suppress(TypeError, ValueError):
+                    return int(cause.get("message"))
+        return None
 
     def stderr_tail(self) -> str:
         return self._stderr.decode("utf-8", "replace")
@@ -188,12 +233,54 @@ class KubeExecStream(ByteStream):
 
     # -- internals ----------------------------------------------------------------
 
+    def _start_watcher(self) -> None:
+        with self._watch_lock:
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch_loop, name="sandkit-k8s-exec-watch", daemon=True
+                )
+                self._watcher.start()
+
+    def _watch_loop(self) -> None:
+        """While a big write is unanswered, ask `watch` after each silence; end the stream
+        when the agent is gone (see the module doc). Runs only while there is one."""
+        while not self.at_eof:
+            time.sleep(WATCH_AFTER_S / 5)
+            since = self._big_write_at
+            if since is None:
+                with self._watch_lock:
+                    if self._big_write_at is None:
+                        self._watcher = None
+                        return
+                continue
+            if time.monotonic() - max(since, self._last_frame) < WATCH_AFTER_S:
+                continue
+            watch = self.watch
+            if watch is not None and watch() is False:
+                self._end("the agent process ended while a request was still being sent to it")
+                return
+            self._last_frame = time.monotonic()  # alive (or unknown): wait another round
+
+    def _end(self, reason: str) -> None:
+        """Make the reader see the end of the stream now (it may be blocked in recv)."""
+        self._ended_because = reason
+        self._eof = True
+        with contextlib.suppress(Exception):
+            self._ws.sock.shutdown(socket.SHUT_RDWR)
+
     def _next_frame(self) -> None:
         try:
             opcode, frame = self._ws.recv_data_frame(True)
         except Exception:  # closed, reset, TLS error or handshake timeout: the stream is over
             self._eof = True
             return
+        self._last_frame = time.monotonic()
+        if (
+            self._big_write_at is not None
+            and not self._writing_big
+            and self._last_frame > self._big_write_at
+        ):
+            self._big_write_at = None  # the agent answers after it: it read the write
         if opcode == ABNF.OPCODE_CLOSE:
             self._eof = True
             return
