@@ -492,7 +492,7 @@ def test_provider_process_killed_and_restarted(
     the next, and its shutdown leaves no box.
     """
     probe = make_provider()
-    assert target.boxes(probe) == [], "boxes of an earlier test are still there"
+    assert wait_no_boxes(target, probe) == [], "boxes of an earlier test are still there"
     keys = [fresh_key(f"proc{i}") for i in range(3)]
     tags = [f"proc{i}" for i in range(3)]
     big = f"{WORKSPACE}/rewritten.txt"
