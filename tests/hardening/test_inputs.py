@@ -538,7 +538,7 @@ CHAIN_DEPTH = 1000
 BUSH_DEPTH = 6  # 4**6 leaf directories
 LONG_NAME = "a" * 200
 MAKE_TREE = f"""\
-import dataclasses
+import os
 os.makedirs("tree/chain")
 os.makedirs("tree/bush")
 top = os.getcwd()
