@@ -406,17 +406,18 @@ def test_parallel_acquires_of_one_key_create_one_box(
 ) -> None:
     """100 acquires of one key at the same moment: one box, and every handle works.
 
-    Half go through a second provider instance with the same owner, as a second
-    replica of a service would: the two race to create the box.
+    One provider instance: across instances (replicas) the providers' own
+    lifecycle tests race two of them; on E2B that is best effort (see
+    docs/providers/e2b.md).
     """
     kind = target.kind
-    provider, replica = make_provider(), make_provider()
+    provider = make_provider()
     key = SandboxKey("load", "one-key")
     start = threading.Barrier(PARALLEL_ACQUIRES)
 
     def acquire_and_use(n: int) -> Sandbox:
         start.wait()
-        sandbox = (provider if n % 2 else replica).acquire(key)
+        sandbox = provider.acquire(key)
         sandbox.write_file(f"{WORKSPACE}/acquirers/{n:03d}.txt", f"acquirer {n}\n")
         return sandbox
 
@@ -425,22 +426,19 @@ def test_parallel_acquires_of_one_key_create_one_box(
         sandboxes = list(pool.map(acquire_and_use, range(PARALLEL_ACQUIRES)))
     acquire_s = time.monotonic() - started
     boxes = target.boxes(provider)
-    seen_by_replica = target.boxes(replica)  # local: each instance tracks its own
     figures.add(kind, "parallel_acquires", PARALLEL_ACQUIRES)
     figures.set(kind, "boxes_created", len(boxes))
 
     listing = sandboxes[-1].list_dir(f"{WORKSPACE}/acquirers")
     names = sorted(e.name for e in listing.entries)
-    shutdown_s, gone_s, left = _shut_down(target, replica, provider)
+    shutdown_s, gone_s, left = _shut_down(target, provider)
     figures.set(kind, "boxes_after_shutdown", left)
     load_report.lines.append(
-        f"[{kind}] {PARALLEL_ACQUIRES} parallel acquires of one key (two provider instances): "
-        f"{len(boxes)} box(es), "
+        f"[{kind}] {PARALLEL_ACQUIRES} parallel acquires of one key: {len(boxes)} box(es), "
         f"{acquire_s:.1f} s with one write each; shutdown {shutdown_s:.1f} s, "
         f"no box left after {gone_s:.1f} s"
     )
 
     assert len(boxes) == 1, boxes
-    assert len(seen_by_replica) == 1, seen_by_replica
     assert names == [f"{n:03d}.txt" for n in range(PARALLEL_ACQUIRES)]
     assert left == 0, f"{left} boxes still exist {GONE_WAIT_S:.0f} s after shutdown returned"
