@@ -218,15 +218,34 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _group_exists(pgid: int) -> bool:
+    """Has the group any member, zombies included? One signal, no /proc scan."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _end_group(proc: "subprocess.Popen[bytes]", pipes: _Pipes) -> None:
     """SIGTERM to the whole group, SIGKILL to what is left after the grace, reap the shell.
 
-    A group with nothing left but the exited shell costs two signals and no wait.
+    The shell is reaped only once it has exited; any member still in the group
+    keeps the group's id from being reused, so no signal can hit another group.
+    A group with nothing left but the shell costs two signals and no wait.
     """
     _kill_group(proc, signal.SIGTERM)
     grace_end = time.monotonic() + TERM_GRACE_S
     pause = 0.001  # most groups are gone within a few ms of the signal: look early
-    while not _group_gone(proc) and time.monotonic() < grace_end:
+    while True:
+        if _exited(proc):
+            proc.wait()
+            if not _group_exists(proc.pid):
+                return  # empty: nothing to kill, and the id may be anyone's now
+        if _group_gone(proc) or time.monotonic() >= grace_end:
+            break  # only zombies are left, or the grace is over
         until = min(time.monotonic() + pause, grace_end)
         if pipes.open:
             pipes.pump(until, lambda: False)
