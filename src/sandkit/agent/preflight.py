@@ -21,6 +21,7 @@ REQUIRED = (
     "dataclasses",
     "enum",
     "errno",
+    "fcntl",
     "fnmatch",
     "functools",
     "hashlib",
