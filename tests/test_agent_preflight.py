@@ -10,7 +10,7 @@ import ast
 import sys
 from pathlib import Path
 
-from sandkit.agent.preflight import REQUIRED, REQUIRED_HTTP
+from sandkit.agent.preflight import OPTIONAL, REQUIRED, REQUIRED_HTTP
 
 SHIPPED = Path(__file__).resolve().parent.parent / "src" / "sandkit"
 ALWAYS_THERE = {"__future__", "sys", "builtins"}
@@ -33,5 +33,5 @@ def test_every_stdlib_import_of_the_zipapp_is_checked_at_start() -> None:
             if path.name != "build.py":  # runs on the host, not in the box
                 imported |= _imported_top_level(path)
     stdlib = {name for name in imported if name in sys.stdlib_module_names}
-    checked = {name.split(".")[0] for name in REQUIRED + REQUIRED_HTTP}
+    checked = {name.split(".")[0] for name in REQUIRED + REQUIRED_HTTP + OPTIONAL}
     assert stdlib - checked - ALWAYS_THERE == set()

@@ -447,3 +447,47 @@ def test_no_credential_in_any_command_environment(
             assert works, f"{where}: the box did not recover from a replaced, killed agent"
 
     assert not tally.leaks, f"credentials reach the sandbox: {tally.leaks}"
+
+
+# A command runs as the agent's user: without PR_SET_DUMPABLE 0 it could read the agent's
+# memory, where the secrets (for redaction) and the HTTP token live.
+READ_AGENT_MEMORY = """
+import re, sys
+pid = int(sys.argv[1])
+needle = bytes.fromhex(sys.argv[2])
+try:
+    maps = open("/proc/%d/maps" % pid).read().splitlines()
+    mem = open("/proc/%d/mem" % pid, "rb")
+except OSError as exc:
+    print("refused", type(exc).__name__)
+    sys.exit(0)
+for line in maps:
+    start, end = (int(x, 16) for x in line.split()[0].split("-"))
+    if "r" not in line.split()[1] or end - start > 1 << 28:
+        continue
+    try:
+        mem.seek(start)
+        chunk = mem.read(end - start)
+    except OSError:
+        continue
+    if needle in chunk:
+        print("FOUND")
+        sys.exit(0)
+print("read, not found")
+"""
+
+
+# Box kinds only: on local, commands run on the host as the provider's user (not a boundary).
+@pytest.mark.parametrize("target", ["docker", "kubernetes", "e2b"], indirect=True)
+def test_a_command_cannot_read_the_agents_memory(
+    target: Target, provider: SandboxProvider, tally: Tally
+) -> None:
+    sandbox = provider.acquire(SandboxKey("secrets", "memory"))
+    sandbox.execute("true")  # the secret has been used by the agent at least once
+    pid = sandbox.info().get("pid") if isinstance(sandbox, RemoteSandbox) else None
+    assert isinstance(pid, int), "the agent reports its pid"
+    command = f"{_python(READ_AGENT_MEMORY)} {pid} {SECRET.encode().hex()}"
+    result = sandbox.execute(command, timeout=60)
+    assert result.exit_code == 0, result
+    tally.check("FOUND" in result.stdout, f"agent memory readable: {result.stdout.strip()}")
+    assert result.stdout.startswith("refused"), result.stdout

@@ -22,6 +22,9 @@ EXIT_BAD_CONFIG = 4
 TOKEN_ENV = "SANDKIT_AGENT_TOKEN"
 
 
+PR_SET_DUMPABLE = 4  # linux/prctl.h
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     from .preflight import error_frame, missing_module, problem
@@ -46,8 +49,25 @@ def main(argv: list[str] | None = None) -> int:
     return _run(args)
 
 
+def _keep_memory_private() -> None:
+    """Commands run as the agent's user: without this they could read its memory.
+
+    /proc/<agent>/mem and environ would hand a hostile command the configured
+    secrets and the HTTP token. A non-dumpable process's /proc files belong to
+    root; commands get a dumpable process again at their own execve.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (ImportError, OSError, AttributeError):  # no ctypes, no libc, no prctl
+        pass
+
+
 def _run(args: list[str]) -> int:
     import argparse
+
+    _keep_memory_private()
 
     from . import AGENT_VERSION
 

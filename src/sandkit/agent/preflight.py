@@ -49,6 +49,8 @@ REQUIRED = (
     "typing",
 )
 REQUIRED_HTTP = ("hmac", "http.server", "socketserver")
+# Used when present, never a reason not to start.
+OPTIONAL = ("ctypes",)
 MIN_PYTHON = (3, 9)
 
 
