@@ -67,7 +67,11 @@ def _connect() -> tuple[docker.DockerClient | None, str]:
             f"start one with `{DOCKERD_SH.relative_to(ROOT)} up`"
         )
     _prepare_testcontainers(client)
-    return client, ""
+    try:  # tests share this client across threads: one connection pool per engine
+        from sandkit_docker.client import one_pool_per_engine
+    except ImportError:  # sandkit-docker not installed: only the core's tests run
+        return client, ""
+    return one_pool_per_engine(client), ""
 
 
 def _prepare_testcontainers(client: docker.DockerClient) -> None:

@@ -212,7 +212,9 @@ class Cloud:
     def containers(self, all_states: bool = True) -> list[Any]:
         return list(
             self.client.containers.list(
-                all=all_states, filters={"label": f"{LABEL_SESSION}={self.session}"}
+                all=all_states,
+                filters={"label": f"{LABEL_SESSION}={self.session}"},
+                ignore_removed=True,  # one removed meanwhile (a concurrent kill) is not an error
             )
         )
 
@@ -220,6 +222,7 @@ class Cloud:
         found = self.client.containers.list(
             all=True,
             filters={"label": [f"{LABEL_SESSION}={self.session}", f"{LABEL_ID}={sandbox_id}"]},
+            ignore_removed=True,
         )
         return found[0] if found else None
 
