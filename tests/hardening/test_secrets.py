@@ -220,6 +220,10 @@ def test_errors_do_not_carry_the_secret(provider: SandboxProvider, tally: Tally)
         "write into read-only uploads": lambda: sandbox.write_file(f"{UPLOADS}/t.txt", SECRET),
         "write over a directory": lambda: sandbox.write_file(WORKSPACE, SECRET),
         "command with a NUL byte": lambda: sandbox.execute(f"echo {SECRET}\0"),
+        # Messages echo what the caller typed; the secret in it is redacted all the same.
+        "missing file named by the secret": lambda: sandbox.read_file(f"{SECRET}.txt"),
+        "pattern holding the secret": lambda: sandbox.grep(f"({SECRET}"),
+        "directory named by the secret": lambda: sandbox.list_dir(f"missing/{SECRET}"),
     }
     for case, call in calls.items():
         try:

@@ -10,6 +10,7 @@ import inspect
 from typing import Any, Callable, Dict, Mapping
 
 from . import fileops, process, search
+from .capture import Redactor
 from .context import Context
 from .errors import ErrorCode, SandboxError
 from .oserrors import to_sandbox_error
@@ -36,6 +37,7 @@ class Runtime:
 
     def __init__(self, context: Context) -> None:
         self.context = context
+        self._redact = Redactor(context.secrets)
 
     def call(self, method: str, params: Mapping[str, Any]) -> Any:
         operation = OPERATIONS.get(method)
@@ -52,12 +54,15 @@ class Runtime:
         try:
             return operation(self.context, **params)
         except SandboxError as exc:
-            raise SandboxError(exc.code, self.context.mapping.mask(exc.message)) from None
+            raise self._clean(exc.code, exc.message) from None
         except TypeError as exc:
-            raise SandboxError(
-                ErrorCode.INVALID_ARGUMENT, self.context.mapping.mask(str(exc))
-            ) from None
+            raise self._clean(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
         except MemoryError:
             raise SandboxError(ErrorCode.TOO_LARGE, "%s ran out of memory" % method) from None
         except OSError as exc:
-            raise to_sandbox_error(self.context.mapping, exc) from None
+            error = to_sandbox_error(self.context.mapping, exc)
+            raise self._clean(error.code, error.message) from None
+
+    def _clean(self, code: ErrorCode, message: str) -> SandboxError:
+        """Masked like every result; redacted too, since messages echo the caller's input."""
+        return SandboxError(code, self._redact(self.context.mapping.mask(message)))
