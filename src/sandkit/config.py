@@ -63,7 +63,7 @@ class LimitsSettings(BaseModel):
     glob_max_results: int = Field(1000, ge=1, le=1000)
     grep_default_results: int = Field(100, ge=1, le=500)
     grep_max_results: int = Field(500, ge=1, le=500)
-    grep_max_file_bytes: int = Field(10 * MIB, ge=1, le=1 * GIB)
+    grep_max_file_bytes: int = Field(10 * MIB, ge=1, le=64 * MIB)
     grep_line_chars: int = Field(200, ge=20, le=2000)
     grep_max_context: int = Field(20, ge=0, le=100)
     search_timeout_s: float = Field(30.0, gt=0, le=600)

@@ -72,11 +72,19 @@ BOX_PROCESSES = 64  # local only: exec_max_processes of the module's box
 BOX_MEMORY = 256 * MIB  # local only: exec_memory_bytes
 STANDIN_VM = {"Memory": 512 * MIB, "MemorySwap": 512 * MIB, "PidsLimit": 256}
 PROBE_MAX = 400  # a probe that reaches this many processes found no bound
-BIG_BYTES = GIB  # exactly the grep_max_file_bytes ceiling: searched, not skipped
+BIG_BYTES = GIB  # over the grep_max_file_bytes ceiling: skipped whatever the configuration
+# The largest file grep may be configured to search: it must stay bounded in time and memory.
+CEILING_BYTES = int(LimitsSettings.model_fields["grep_max_file_bytes"].metadata[-1].le)
 BIG_NEEDLE = "needle-at-the-end\n"
 BIG_LINE = "the quick brown fox jumps over the lazy dog 0123456789\n"
-# `yes BIG_LINE` cut at BIG_BYTES - len(BIG_NEEDLE), then the needle ends that partial line.
-NEEDLE_LINE = (BIG_BYTES - len(BIG_NEEDLE)) // len(BIG_LINE) + 1
+
+
+def needle_line(size: int) -> int:
+    """`yes BIG_LINE` cut at size - len(BIG_NEEDLE), then the needle ends that partial line."""
+    return (size - len(BIG_NEEDLE)) // len(BIG_LINE) + 1
+
+
+NEEDLE_LINE = needle_line(BIG_BYTES)
 SENTINEL = "sentinel-7c1f"
 PROVIDER_GROWTH = 512 * MIB  # local: more than this held by one operation is unbounded
 
@@ -86,8 +94,8 @@ BOX_LIMITS = LimitsSettings(
     exec_memory_bytes=BOX_MEMORY,
     exec_default_timeout_s=60.0,
 )
-# What a hostile operator could configure: the 1 GiB file is then really searched.
-CEILING_LIMITS = BOX_LIMITS.model_copy(update={"grep_max_file_bytes": GIB})
+# What a careless operator could configure: files up to the ceiling are really searched.
+CEILING_LIMITS = BOX_LIMITS.model_copy(update={"grep_max_file_bytes": CEILING_BYTES})
 
 # Forks sleeping children until fork fails or PROBE_MAX is reached; prints the count.
 PROBE = f"""\
@@ -667,20 +675,20 @@ def test_glob_bombs(box: Box, cases: Cases) -> None:
 # -- big data --------------------------------------------------------------------------
 
 
-def make_big_file(box: Box) -> None:
+def make_big_file(box: Box, name: str = "big.log", size: int = BIG_BYTES) -> None:
     started = time.monotonic()
     made = box.run(
         f"mkdir -p big && yes {shlex.quote(BIG_LINE.rstrip())} | "
-        f"head -c {BIG_BYTES - len(BIG_NEEDLE)} > big/big.log && "
-        "echo needle-at-the-end >> big/big.log && wc -c < big/big.log",
+        f"head -c {size - len(BIG_NEEDLE)} > big/{name} && "
+        f"echo needle-at-the-end >> big/{name} && wc -c < big/{name}",
         timeout=300,
     )
-    print(f"\n[{box.kind}] 1 GiB file written in {time.monotonic() - started:.1f} s")
-    assert made.exit_code == 0 and int(made.stdout) == BIG_BYTES, made
+    print(f"\n[{box.kind}] {size >> 20} MiB file written in {time.monotonic() - started:.1f} s")
+    assert made.exit_code == 0 and int(made.stdout) == size, made
 
 
 def test_one_gib_file(box: Box, cases: Cases, tmp_path: Path) -> None:
-    """A 1 GiB log: skipped by grep at the default size cap, searched at the ceiling."""
+    """A 1 GiB log is skipped by grep (over any size cap); a file at the ceiling is searched."""
     directory, big = f"{WORKSPACE}/big", f"{WORKSPACE}/big/big.log"
     bound = SEARCH_S + SLACK_S
 
@@ -739,25 +747,33 @@ def test_one_gib_file(box: Box, cases: Cases, tmp_path: Path) -> None:
     finally:
         assert box.run("rm -rf big", timeout=120).exit_code == 0
 
-    # grep_max_file_bytes at its 1 GiB ceiling: the whole file is searched.
+    # grep_max_file_bytes at its ceiling: a file of exactly that size is searched, the
+    # 1 GiB one is still skipped.
+    edge = f"{WORKSPACE}/big/edge.log"
+
+    def edge_needle(result: Any) -> None:
+        assert_equal(lines_of(result), [(edge, needle_line(CEILING_BYTES))])
+
     with opened_box(box.target, tmp_path / "data", "ceiling", CEILING_LIMITS) as high:
         sb = high.sandbox
         make_big_file(high)
+        make_big_file(high, "edge.log", CEILING_BYTES)
         try:
             for name, check, pattern, kw in [
-                ("dir", needle, "needle-at-the-end", {"path": directory}),
-                ("file literal", needle, "needle-at-the-end", {"path": big}),
-                ("file regex", needle, r"needle-\w+-end", {"path": big}),
+                ("dir", edge_needle, "needle-at-the-end", {"path": directory}),
+                ("1 GiB file", nothing, "needle-at-the-end", {"path": big}),
+                ("file literal", edge_needle, "needle-at-the-end", {"path": edge}),
+                ("file regex", edge_needle, r"needle-\w+-the-end", {"path": edge}),
                 (
                     "count",
-                    lambda r: assert_equal([(c.path, c.count) for c in r.counts], [(big, 1)]),
+                    lambda r: assert_equal([(c.path, c.count) for c in r.counts], [(edge, 1)]),
                     "needle-at-the-end",
                     {"path": directory, "output_mode": "count"},
                 ),
                 (
                     "first page",
                     lambda r: assert_equal(
-                        (lines_of(r), r.truncated), ([(big, 1), (big, 2)], True)
+                        (lines_of(r), r.truncated), ([(edge, 1), (edge, 2)], True)
                     ),
                     "fox",
                     {"path": directory, "max_results": 2},
@@ -765,7 +781,7 @@ def test_one_gib_file(box: Box, cases: Cases, tmp_path: Path) -> None:
                 ("catastrophic", nothing, r"(o+)+$", {"path": directory}),
             ]:
                 cases.run(
-                    f"grep 1 GiB {name}, 1 GiB cap",
+                    f"grep {name}, cap at the ceiling",
                     bound,
                     searched(sb, check, pattern, **kw),
                     box=high,
