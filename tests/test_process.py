@@ -477,6 +477,17 @@ def test_commands_run_in_the_sandboxs_cgroups(
         assert os.path.basename(path) in joined
 
 
+def test_a_cgroup_that_cannot_be_joined_is_an_error_not_an_unbounded_command(
+    bounded: tuple[Context, hostlimits.ProcessBounds],
+) -> None:
+    ctx, bounds = bounded
+    bounds.remove()  # gone underneath the sandbox (e.g. removed by an operator)
+    with pytest.raises(SandboxError) as info:
+        run(ctx, "echo ran > ran.txt")
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    assert not (Path(ctx.mapping.resolve(WORKSPACE).real) / "ran.txt").exists()
+
+
 def test_cgroup_caps_the_processes_of_a_command(
     bounded: tuple[Context, hostlimits.ProcessBounds],
 ) -> None:

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional, Protocol, Tuple
+from typing import Callable, List, Optional, Protocol, Tuple
 
 from .limits import Limits
 from .pathmap import PathMapping
+
+# What a launcher writes to stderr (exit status 126) when it cannot apply the bounds.
+BOUNDS_FAILED = "sandkit: the sandbox's process limits could not be applied"
 
 
 class CommandBounds(Protocol):
     """Host limits a command runs under (the local provider's `sandkit.hostlimits`)."""
 
-    def preexec(self) -> Callable[[], None]:
-        """A step for the child between fork and exec: system calls only, no locks."""
+    def launch(self, argv: List[str]) -> Tuple[List[str], Optional[Callable[[], None]]]:
+        """The argv to start instead, and a step for the child between fork and exec.
+
+        The step (system calls only, no locks) is None when the argv alone
+        applies the bounds: without one, the child is started with vfork,
+        which stays cheap in a process with many threads.
+        """
         ...
 
 

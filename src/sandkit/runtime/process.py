@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from .capture import HeadTail, Redactor, margin_for
-from .context import Context
+from .context import BOUNDS_FAILED, Context
 from .errors import ErrorCode, SandboxError
 from .oserrors import to_sandbox_error
 from .validate import invalid, require_env, require_number, require_str
@@ -330,16 +330,15 @@ def execute(
     out = HeadTail(cap // 2, cap - cap // 2, margin)
     err = HeadTail(cap // 2, cap - cap // 2, margin)
 
-    preexec = ctx.bounds.preexec() if ctx.bounds is not None else None
+    argv: List[str] = [shell, "-c", real_command]
+    preexec = None
+    if ctx.bounds is not None:
+        argv, preexec = ctx.bounds.launch(argv)
     started = time.monotonic()
     try:
-        exit_code = _run(
-            [shell, "-c", real_command], real_cwd, environment, seconds, out, err, preexec
-        )
+        exit_code = _run(argv, real_cwd, environment, seconds, out, err, preexec)
     except subprocess.SubprocessError:  # the preexec step failed: the limits are gone
-        raise SandboxError(
-            ErrorCode.UNAVAILABLE, "the sandbox's process limits could not be applied"
-        ) from None
+        raise SandboxError(ErrorCode.UNAVAILABLE, BOUNDS_FAILED) from None
     except OSError as exc:
         raise to_sandbox_error(ctx.mapping, exc) from None
     except ValueError as exc:  # e.g. an env value Popen refuses
@@ -349,10 +348,13 @@ def execute(
     def clean(value: str) -> str:
         return ctx.mapping.mask(redactor(value))
 
+    stderr = err.render(clean)
+    if exit_code == 126 and preexec is None and stderr.startswith(BOUNDS_FAILED):
+        raise SandboxError(ErrorCode.UNAVAILABLE, BOUNDS_FAILED)  # the launcher gave up
     return {
         "exit_code": exit_code,
         "stdout": out.render(clean),
-        "stderr": err.render(clean),
+        "stderr": stderr,
         "timed_out": exit_code is None,
         "truncated": out.truncated or err.truncated,
         "duration_ms": round(duration_ms, 3),
