@@ -70,7 +70,6 @@ SEARCH_S = LIMITS.search_timeout_s
 SLACK_S = 5.0  # two shared cores, other suites running: generous, still a bound
 BOX_PROCESSES = 64  # local only: exec_max_processes of the module's box
 BOX_MEMORY = 256 * MIB  # local only: exec_memory_bytes
-STANDIN_VM = {"Memory": 512 * MIB, "MemorySwap": 512 * MIB, "PidsLimit": 256}
 PROBE_MAX = 400  # a probe that reaches this many processes found no bound
 BIG_BYTES = GIB  # over the grep_max_file_bytes ceiling: skipped whatever the configuration
 # The largest file grep may be configured to search: it must stay bounded in time and memory.
@@ -306,14 +305,6 @@ def standin_container(key: SandboxKey) -> Any:
     return found[0]
 
 
-def give_standin_vm_bounds(key: SandboxKey) -> None:
-    """What the E2B VM bounds and the stand-in does not: its memory and its tasks."""
-    container = standin_container(key)
-    api = container.client.api
-    response = api.post(api._url("/containers/{0}/update", container.id), json=STANDIN_VM)
-    api._raise_for_status(response)
-
-
 @contextlib.contextmanager
 def opened_box(
     target: Target, data_root: Path, name: str, limits: LimitsSettings, **settings: Any
@@ -327,8 +318,6 @@ def opened_box(
     try:
         key = SandboxKey("hardening", f"{name}-{target.kind}")
         sandbox = provider.acquire(key)
-        if target.kind == "e2b":
-            give_standin_vm_bounds(key)
         sandbox.write_file("sentinel/here.txt", f"{SENTINEL}\n")
         parent = sandbox.execute("echo $PPID", timeout=30)
         yield Box(target, provider, key, sandbox, forbidden_for(data_root), parent.stdout.strip())

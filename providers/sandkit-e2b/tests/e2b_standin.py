@@ -32,8 +32,8 @@ How it mirrors the service:
   would make).
 
 Not mirrored: network policy (`allow_internet_access` is recorded, the
-container always has a bridge network so `get_host` works), resource
-limits, templates other than a name -> image table, the SDK's retries,
+container always has a bridge network so `get_host` works), templates
+other than a name -> image table, the SDK's retries,
 HTTP/2 and TLS. Latencies are a local Docker engine's, not the cloud's.
 """
 
@@ -76,6 +76,8 @@ from e2b import Sandbox as RealSandbox
 from e2b.sandbox_sync.commands.command import Commands as RealCommands
 from e2b.sandbox_sync.filesystem.filesystem import Filesystem as RealFilesystem
 
+VM_MEMORY_BYTES = 512 * 1024 * 1024
+VM_TASKS = 256
 LABEL_SESSION = "sandkit.e2b-standin"
 LABEL_ID = "e2b.sandbox-id"
 LABEL_TEMPLATE = "e2b.template"
@@ -363,7 +365,7 @@ class Cloud:
             end_at=_now() + datetime.timedelta(seconds=record.end_at - time.monotonic()),
             state=SandboxState(record.state),
             cpu_count=2,
-            memory_mb=512,
+            memory_mb=VM_MEMORY_BYTES >> 20,
             envd_version="0.5.0",
             allow_internet_access=record.allow_internet_access,
         )
@@ -783,6 +785,11 @@ class StandinSandbox:
             init=True,
             network_mode="bridge",
             tmpfs=cloud.tmpfs or None,
+            # What the base template's VM gives: 512 MiB (get_info's memory_mb), no swap,
+            # and a bounded number of tasks, as a small VM's kernel would have.
+            mem_limit=VM_MEMORY_BYTES,
+            memswap_limit=VM_MEMORY_BYTES,
+            pids_limit=VM_TASKS,
         )
         code, output = container.exec_run(["sh", "-c", _MAKE_USER], user="root")
         if code != 0:
