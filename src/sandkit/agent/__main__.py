@@ -86,6 +86,12 @@ def _run(args: list[str]) -> int:
         help="HTTP: do not delete --config and --token-file after reading them",
     )
     parser.add_argument("--workers", type=int, default=8, help="concurrent operations (8)")
+    parser.add_argument(
+        "--tag",
+        metavar="LABEL",
+        help="an opaque label a provider finds this agent by in /proc/<pid>/cmdline (the "
+        "agent is non-dumpable, so its environ is not readable to the box user)",
+    )
     options = parser.parse_args(args)
     if options.workers < 1:
         parser.error("--workers must be >= 1")

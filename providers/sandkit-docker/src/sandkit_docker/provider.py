@@ -67,17 +67,16 @@ log = logging.getLogger("sandkit.docker")
 FOREIGN_START_WAIT_S = 10.0
 # carrier http: how long a ping may take before the agent counts as gone.
 HTTP_PROBE_TIMEOUT_S = 3.0
-# Marks each stdio agent (in its environment, which commands never inherit) so the
-# provider can end the one a new channel replaces.
-AGENT_TAG_ENV = "SANDKIT_AGENT_TAG"
-# Kills this uid's processes whose environment carries the tag given in argv[1].
+# Marks each stdio agent (`--tag` in its argv: the agent is non-dumpable, so its
+# environ is unreadable in the box) so the provider can end the one a new channel replaces.
+# Kills this uid's processes whose argv ends in `--tag <argv[1]>`.
 _END_AGENT = (
     "import os,signal,sys\n"
-    "tag=('" + AGENT_TAG_ENV + "='+sys.argv[1]).encode()\n"
+    "tail=[b'--tag',sys.argv[1].encode()]\n"
     "for p in os.listdir('/proc'):\n"
     " try:\n"
-    "  with open('/proc/%s/environ'%p,'rb') as f:\n"
-    "   if tag in f.read().split(b'\\0'): os.kill(int(p),signal.SIGKILL)\n"
+    "  with open('/proc/%s/cmdline'%p,'rb') as f:\n"
+    "   if f.read().split(b'\\0')[-3:-1]==tail: os.kill(int(p),signal.SIGKILL)\n"
     " except (OSError,ValueError): pass\n"
 )
 
@@ -640,10 +639,10 @@ class DockerProvider(SandboxProvider):
                 ErrorCode.UNAVAILABLE,
                 f"sandbox {box.key.sandbox_id} is not running; acquire it again",
             )
-        argv = [self.options.python, "-I", AGENT_PATH, "--stdio"]
         if box.agent_tag is not None and box.agent_container == container_id:
             self._end_agent(container_id, box.agent_tag)
         tag = secrets.token_hex(8)
+        argv = [self.options.python, "-I", AGENT_PATH, "--stdio", "--tag", tag]
         try:
             # cwd "/": the agent's own cwd must not be a mount, or a symlink to
             # /proc/self/cwd would resolve inside the jail.
@@ -653,7 +652,6 @@ class DockerProvider(SandboxProvider):
                 argv,
                 user=self.options.user,
                 workdir="/",
-                environment={AGENT_TAG_ENV: tag},
             )
         except docker.errors.NotFound:
             box.dead = True

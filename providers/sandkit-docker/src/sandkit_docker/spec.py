@@ -32,7 +32,7 @@ def container_name(options: DockerOptions, key: SandboxKey) -> str:
     return f"{options.owner}-{key.sandbox_id}"
 
 
-def owner_filter(options: DockerOptions) -> dict[str, str]:
+def owner_filter(options: DockerOptions) -> dict[str, str | list[str] | bool]:
     return {"label": f"{LABEL_OWNER}={options.owner}"}
 
 
