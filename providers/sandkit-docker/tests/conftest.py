@@ -23,6 +23,7 @@ if importlib.util.find_spec("sandkit_docker") is None:  # not installed: run fro
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from sandkit_docker.provider import DockerProvider
+from tests.ambient import _no_ambient_configuration  # noqa: F401 - an autouse fixture
 from tests.docker_support import default_base_image, require_docker, require_image
 
 from sandkit import Settings
@@ -38,17 +39,6 @@ ProviderFactory = Callable[..., DockerProvider]
 
 def session_containers(client: Any) -> list[Any]:
     return list(client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={SESSION}"}))
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_ambient_configuration() -> Iterator[None]:
-    """A developer's SANDKIT_* variables or ./sandkit.yaml must not change test results."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name in list(os.environ):
-            if name.startswith("SANDKIT_"):
-                patch.delenv(name)
-        patch.setenv("SANDKIT_CONFIG", os.devnull)
-        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -24,6 +24,7 @@ if importlib.util.find_spec("sandkit_e2b") is None:  # not installed: run from t
 
 from e2b_standin import LABEL_SESSION, Cloud
 from sandkit_e2b.provider import E2BProvider
+from tests.ambient import _no_ambient_configuration  # noqa: F401 - an autouse fixture
 from tests.docker_support import default_base_image, require_docker, require_image
 
 from sandkit import Settings
@@ -35,17 +36,6 @@ TEST_OWNER = f"sandkit-test-{SESSION}"
 TEST_API_KEY = "e2b_standin_test_key"
 
 ProviderFactory = Callable[..., E2BProvider]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_ambient_configuration() -> Iterator[None]:
-    """A developer's SANDKIT_* variables or ./sandkit.yaml must not change test results."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name in list(os.environ):
-            if name.startswith("SANDKIT_"):
-                patch.delenv(name)
-        patch.setenv("SANDKIT_CONFIG", os.devnull)
-        yield
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from k8s_support import (
     sandbox_image,
 )
 from sandkit_kubernetes.provider import KubernetesProvider
+from tests.ambient import _no_ambient_configuration  # noqa: F401 - an autouse fixture
 
 from sandkit import Settings
 
@@ -38,17 +38,6 @@ from sandkit import Settings
 IMAGE = sandbox_image()
 
 ProviderFactory = Callable[..., KubernetesProvider]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_ambient_configuration() -> Iterator[None]:
-    """A developer's SANDKIT_* variables or ./sandkit.yaml must not change test results."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name in list(os.environ):
-            if name.startswith("SANDKIT_"):
-                patch.delenv(name)
-        patch.setenv("SANDKIT_CONFIG", os.devnull)
-        yield
 
 
 @pytest.fixture(scope="session")

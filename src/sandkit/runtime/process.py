@@ -174,13 +174,7 @@ def _group_alive(pgid: int) -> bool:
     except OSError:
         names = []
     if "self" not in names:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return _group_exists(pgid)
     for name in names:
         if not name.isdigit():
             continue
