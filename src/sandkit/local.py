@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from .calling import CallingSandbox
+from .sandbox import Sandbox
 from .config import Settings
 from .errors import ErrorCode, SandboxError
 from .hostlimits import ProcessBounds
@@ -19,11 +19,12 @@ from .hostlimits import create as create_bounds
 from .paths import ThreadLayout
 from .provider import SandboxKey, SandboxProvider
 from .runtime.context import Context
+from .runtime.limits import Limits
 from .runtime.search import find_rg
 from .runtime.service import Runtime
 
 
-class LocalSandbox(CallingSandbox):
+class LocalSandbox(Sandbox):
     """Runs the shared runtime in this process against the thread's host dirs."""
 
     def __init__(self, key: SandboxKey, runtime: Runtime) -> None:
@@ -32,6 +33,10 @@ class LocalSandbox(CallingSandbox):
         self.runtime = runtime
         self.last_used = time.monotonic()
         self._closed = False
+
+    @property
+    def limits(self) -> Limits:
+        return self.runtime.context.limits
 
     def call(self, method: str, params: dict[str, Any]) -> Any:
         if self._closed:

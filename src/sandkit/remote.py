@@ -17,7 +17,7 @@ from typing import Any
 
 from .agent import protocol as p
 from .agent.protocol import agent_config
-from .calling import CallingSandbox
+from .sandbox import Sandbox
 from .errors import ErrorCode, SandboxError
 from .runtime.limits import Limits
 from .transports.base import Transport
@@ -27,7 +27,7 @@ from .transports.stdio import StdioTransport
 __all__ = ["HttpTransport", "RemoteSandbox", "StdioTransport", "Transport", "agent_config"]
 
 
-class RemoteSandbox(CallingSandbox):
+class RemoteSandbox(Sandbox):
     """Sends each operation through `transport`; sync and native async.
 
     Every call has a client-side deadline — the command's own timeout plus
@@ -48,12 +48,16 @@ class RemoteSandbox(CallingSandbox):
     ) -> None:
         self.transport = transport
         self.sandbox_id = sandbox_id
-        self.limits = limits or Limits()
+        self._limits = limits or Limits()
         self.op_timeout_s = op_timeout_s
         self.margin_s = margin_s
         self.last_used = time.monotonic()
         self._on_close = on_close
         self._closed = False
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
 
     def deadline(self, method: str, params: dict[str, Any]) -> float:
         """Seconds the client waits for `method` before giving up with TIMEOUT."""

@@ -1,8 +1,11 @@
 """The `Sandbox` contract: the operations an agent runs on virtual paths.
 
-Every provider returns the same models and raises the same `SandboxError`
-codes for the same input. Async twins default to running the sync method in
-a worker thread; remote sandboxes override them natively.
+Every operation is one `call(method, params)` plus validation of its result
+into the model the operation table names, so a local sandbox (in-process
+runtime) and a remote one (JSON-RPC agent) differ only in how a call
+travels and return the same models by construction. The signatures below
+are held to the runtime's by a test (`tests/test_operation_table.py`):
+same parameters, same order, same defaults, sync and async alike.
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from .models import (
     EditResult,
@@ -21,7 +27,10 @@ from .models import (
     ReadFileResult,
     WriteResult,
 )
+from .runtime.limits import Limits
 from .runtime.pathmap import WORKSPACE
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class Sandbox(abc.ABC):
@@ -29,38 +38,61 @@ class Sandbox(abc.ABC):
 
     sandbox_id: str
 
-    # -- sync operations ------------------------------------------------------
+    # -- the primitive ------------------------------------------------------------
 
     @abc.abstractmethod
+    def call(self, method: str, params: dict[str, Any]) -> Any:
+        """Run one operation of the table and return its JSON-able result."""
+
+    async def acall(self, method: str, params: dict[str, Any]) -> Any:
+        """Async `call`; the default runs `call` in a worker thread."""
+        return await asyncio.to_thread(self.call, method, params)
+
+    @property
+    def limits(self) -> Limits:
+        """The caps this sandbox runs with; tools and integrations read them from here."""
+        return Limits()
+
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Drop client-side resources (channels); the box itself is the provider's."""
+
+    def _run(self, result: type[M], method: str, args: dict[str, Any]) -> M:
+        return result.model_validate(self.call(method, _params(args)))
+
+    async def _arun(self, result: type[M], method: str, args: dict[str, Any]) -> M:
+        return result.model_validate(await self.acall(method, _params(args)))
+
+    # -- sync operations ----------------------------------------------------------
+
     def read_file(
         self, path: str, start_line: int | None = None, end_line: int | None = None
-    ) -> ReadFileResult: ...
+    ) -> ReadFileResult:
+        return self._run(ReadFileResult, "read_file", locals())
 
-    @abc.abstractmethod
-    def write_file(self, path: str, content: str, append: bool = False) -> WriteResult: ...
+    def write_file(self, path: str, content: str, append: bool = False) -> WriteResult:
+        return self._run(WriteResult, "write_file", locals())
 
-    @abc.abstractmethod
-    def edit_file(self, path: str, old: str, new: str, replace_all: bool = False) -> EditResult: ...
+    def edit_file(self, path: str, old: str, new: str, replace_all: bool = False) -> EditResult:
+        return self._run(EditResult, "edit_file", locals())
 
-    @abc.abstractmethod
-    def read_bytes(self, path: str) -> bytes: ...
+    def read_bytes(self, path: str) -> bytes:
+        return _as_bytes(self.call("read_bytes", _params(locals())))
 
-    @abc.abstractmethod
-    def write_bytes(self, path: str, data: bytes) -> WriteResult: ...
+    def write_bytes(self, path: str, data: bytes) -> WriteResult:
+        return self._run(WriteResult, "write_bytes", locals())
 
-    @abc.abstractmethod
-    def list_dir(self, path: str = WORKSPACE, max_depth: int = 2) -> ListDirResult: ...
+    def list_dir(self, path: str = WORKSPACE, max_depth: int = 2) -> ListDirResult:
+        return self._run(ListDirResult, "list_dir", locals())
 
-    @abc.abstractmethod
     def glob(
         self,
         pattern: str,
         path: str = WORKSPACE,
         include_dirs: bool = False,
         max_results: int | None = None,
-    ) -> GlobResult: ...
+    ) -> GlobResult:
+        return self._run(GlobResult, "glob", locals())
 
-    @abc.abstractmethod
     def grep(
         self,
         pattern: str,
@@ -74,43 +106,41 @@ class Sandbox(abc.ABC):
         multiline: bool = False,
         max_results: int | None = None,
         offset: int = 0,
-    ) -> GrepResult: ...
+    ) -> GrepResult:
+        return self._run(GrepResult, "grep", locals())
 
-    @abc.abstractmethod
     def execute(
         self,
         command: str,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
-    ) -> ExecuteResult: ...
+    ) -> ExecuteResult:
+        return self._run(ExecuteResult, "execute", locals())
 
-    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
-        """Drop client-side resources (channels); the box itself is the provider's."""
-
-    # -- async twins ------------------------------------------------------------
+    # -- async twins ----------------------------------------------------------------
 
     async def aread_file(
         self, path: str, start_line: int | None = None, end_line: int | None = None
     ) -> ReadFileResult:
-        return await asyncio.to_thread(self.read_file, path, start_line, end_line)
+        return await self._arun(ReadFileResult, "read_file", locals())
 
     async def awrite_file(self, path: str, content: str, append: bool = False) -> WriteResult:
-        return await asyncio.to_thread(self.write_file, path, content, append)
+        return await self._arun(WriteResult, "write_file", locals())
 
     async def aedit_file(
         self, path: str, old: str, new: str, replace_all: bool = False
     ) -> EditResult:
-        return await asyncio.to_thread(self.edit_file, path, old, new, replace_all)
+        return await self._arun(EditResult, "edit_file", locals())
 
     async def aread_bytes(self, path: str) -> bytes:
-        return await asyncio.to_thread(self.read_bytes, path)
+        return _as_bytes(await self.acall("read_bytes", _params(locals())))
 
     async def awrite_bytes(self, path: str, data: bytes) -> WriteResult:
-        return await asyncio.to_thread(self.write_bytes, path, data)
+        return await self._arun(WriteResult, "write_bytes", locals())
 
     async def alist_dir(self, path: str = WORKSPACE, max_depth: int = 2) -> ListDirResult:
-        return await asyncio.to_thread(self.list_dir, path, max_depth)
+        return await self._arun(ListDirResult, "list_dir", locals())
 
     async def aglob(
         self,
@@ -119,7 +149,7 @@ class Sandbox(abc.ABC):
         include_dirs: bool = False,
         max_results: int | None = None,
     ) -> GlobResult:
-        return await asyncio.to_thread(self.glob, pattern, path, include_dirs, max_results)
+        return await self._arun(GlobResult, "glob", locals())
 
     async def agrep(
         self,
@@ -135,20 +165,7 @@ class Sandbox(abc.ABC):
         max_results: int | None = None,
         offset: int = 0,
     ) -> GrepResult:
-        return await asyncio.to_thread(
-            self.grep,
-            pattern,
-            path,
-            glob,
-            literal,
-            case_sensitive,
-            output_mode,
-            before,
-            after,
-            multiline,
-            max_results,
-            offset,
-        )
+        return await self._arun(GrepResult, "grep", locals())
 
     async def aexecute(
         self,
@@ -157,4 +174,20 @@ class Sandbox(abc.ABC):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> ExecuteResult:
-        return await asyncio.to_thread(self.execute, command, timeout, env, cwd)
+        return await self._arun(ExecuteResult, "execute", locals())
+
+
+def _params(args: dict[str, Any]) -> dict[str, Any]:
+    """A method's `locals()` as the operation's params (a mapping becomes a plain dict;
+    anything else goes through as-is, so the runtime answers INVALID_ARGUMENT)."""
+    return {
+        name: dict(value) if isinstance(value, Mapping) and not isinstance(value, dict) else value
+        for name, value in args.items()
+        if name != "self"
+    }
+
+
+def _as_bytes(value: Any) -> bytes:
+    if not isinstance(value, bytes):
+        raise TypeError(f"read_bytes returned {type(value).__name__}, not bytes")
+    return value

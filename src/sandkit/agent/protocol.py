@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Unio
 from ..runtime.context import Context
 from ..runtime.errors import ErrorCode, SandboxError
 from ..runtime.limits import MIB, Limits
+from ..runtime.operations import OPERATIONS
 from ..runtime.pathmap import PathMapping
 
 JSONRPC = "2.0"
@@ -37,13 +38,15 @@ CONTROL_METHODS = frozenset({"initialize", "ping", "info"})
 
 # Operations that change nothing: safe to send again after a dropped channel.
 READ_ONLY_METHODS = frozenset(
-    {"read_file", "read_bytes", "list_dir", "glob", "grep", "ping", "info"}
+    {name for name, op in OPERATIONS.items() if op.read_only} | {"ping", "info"}
 )
 
 # Binary values travel as {"$b64": "<base64>"} at exactly these places.
 BYTES_TAG = "$b64"
-BYTES_PARAMS: Dict[str, str] = {"write_bytes": "data"}
-BYTES_RESULTS = frozenset({"read_bytes"})
+BYTES_PARAMS: Dict[str, str] = {
+    name: op.bytes_param for name, op in OPERATIONS.items() if op.bytes_param is not None
+}
+BYTES_RESULTS = frozenset(name for name, op in OPERATIONS.items() if op.bytes_result)
 
 # Frames are bounded so a runaway peer means an error, not an exhausted heap.
 FRAME_SLACK_BYTES = MIB

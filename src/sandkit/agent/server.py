@@ -40,7 +40,7 @@ def _default_runtime(context: Context) -> Any:
 
 
 def _operation_names() -> FrozenSet[str]:
-    from ..runtime.service import OPERATIONS
+    from ..runtime.operations import OPERATIONS
 
     return frozenset(OPERATIONS)
 
@@ -172,7 +172,8 @@ class AgentCore:
             rpc_code = p.SANDBOX_ERROR
             if exc.code is ErrorCode.INVALID_ARGUMENT and request.method not in self._known():
                 rpc_code = p.METHOD_NOT_FOUND
-            return p.error_response(request.id, rpc_code, self._masked(exc))
+            # Already masked and redacted: the runtime cleans every error it raises.
+            return p.error_response(request.id, rpc_code, exc)
         except _NotInitialized:
             return p.error_response(
                 request.id,
@@ -216,12 +217,6 @@ class AgentCore:
     def _known(self) -> FrozenSet[str]:
         return self.operations | p.CONTROL_METHODS
 
-    def _masked(self, exc: SandboxError) -> SandboxError:
-        context = self.context
-        if context is None:
-            return exc
-        return SandboxError(exc.code, context.mapping.mask(exc.message))
-
     def _dispatch(self, request: Request) -> Any:
         method = request.method
         if method == "initialize":
@@ -230,11 +225,12 @@ class AgentCore:
             return {"pong": True}
         if method == "info":
             return self.info()
-        if method not in self.operations:
-            raise SandboxError(ErrorCode.INVALID_ARGUMENT, "unknown operation %r" % method)
         runtime = self._runtime
         if runtime is None:
+            if method not in self.operations:
+                raise SandboxError(ErrorCode.INVALID_ARGUMENT, "unknown operation %r" % method)
             raise _NotInitialized()
+        # The runtime checks the method and its params (the same checks as in-process).
         params = p.decode_params(method, request.params)
         return p.encode_result(method, runtime.call(method, params))
 

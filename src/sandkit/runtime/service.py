@@ -6,30 +6,15 @@ JSON-RPC request, so argument checking, jail and results are shared code.
 
 from __future__ import annotations
 
-import inspect
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Mapping
 
-from . import fileops, process, search
 from .capture import Redactor
 from .context import Context
 from .errors import ErrorCode, SandboxError
+from .operations import OPERATIONS
 from .oserrors import to_sandbox_error
 
-OPERATIONS: Dict[str, Callable[..., Any]] = {
-    "read_file": fileops.read_file,
-    "write_file": fileops.write_file,
-    "edit_file": fileops.edit_file,
-    "read_bytes": fileops.read_bytes,
-    "write_bytes": fileops.write_bytes,
-    "list_dir": fileops.list_dir,
-    "glob": search.glob,
-    "grep": search.grep,
-    "execute": process.execute,
-}
-
-_PARAMETERS = {
-    name: frozenset(list(inspect.signature(fn).parameters)[1:]) for name, fn in OPERATIONS.items()
-}
+_PARAMETERS = {name: frozenset(op.parameter_names) for name, op in OPERATIONS.items()}
 
 
 class Runtime:
@@ -52,7 +37,7 @@ class Runtime:
                 "%s got unknown argument(s): %s" % (method, ", ".join(sorted(unknown))),
             )
         try:
-            return operation(self.context, **params)
+            return operation.function(self.context, **params)
         except SandboxError as exc:
             raise self._clean(exc.code, exc.message) from None
         except TypeError as exc:

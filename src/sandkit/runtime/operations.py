@@ -1,0 +1,74 @@
+"""The operation table: every operation declared once (stdlib only).
+
+An entry names the runtime function that answers it (whose signature, minus
+the context, *is* the operation's parameter list), the result model, and
+the two facts the wire needs: whether the operation changes nothing (safe
+to resend after a dropped channel) and which field travels as bytes.
+
+Everything else derives from here: the runtime's dispatch, the agent
+protocol's tables, the client-side `Sandbox`, and a test that holds every
+public signature (Sandbox, async twins, tools, CLI, integrations) to it.
+Adding an operation is an entry here plus its runtime function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from . import fileops, process, search
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    name: str
+    function: Callable[..., Any]
+    # Name of the result model in `sandkit.models`, or "bytes" for raw bytes.
+    result: str
+    read_only: bool = False
+    # The parameter that carries bytes (base64-tagged on the wire), if any.
+    bytes_param: Optional[str] = None
+
+    @property
+    def bytes_result(self) -> bool:
+        return self.result == "bytes"
+
+    @property
+    def parameters(self) -> Tuple[inspect.Parameter, ...]:
+        """The operation's parameters: the runtime function's, without the context."""
+        return tuple(inspect.signature(self.function).parameters.values())[1:]
+
+    @property
+    def parameter_names(self) -> Tuple[str, ...]:
+        return tuple(p.name for p in self.parameters)
+
+    def default(self, name: str) -> Any:
+        """The default of parameter `name` (KeyError when it has none)."""
+        for parameter in self.parameters:
+            if parameter.name == name:
+                if parameter.default is inspect.Parameter.empty:
+                    raise KeyError("%s.%s is required" % (self.name, name))
+                return parameter.default
+        raise KeyError("%s has no parameter %s" % (self.name, name))
+
+
+OPERATIONS: Dict[str, Operation] = {
+    op.name: op
+    for op in (
+        Operation("read_file", fileops.read_file, "ReadFileResult", read_only=True),
+        Operation("write_file", fileops.write_file, "WriteResult"),
+        Operation("edit_file", fileops.edit_file, "EditResult"),
+        Operation("read_bytes", fileops.read_bytes, "bytes", read_only=True),
+        Operation("write_bytes", fileops.write_bytes, "WriteResult", bytes_param="data"),
+        Operation("list_dir", fileops.list_dir, "ListDirResult", read_only=True),
+        Operation("glob", search.glob, "GlobResult", read_only=True),
+        Operation("grep", search.grep, "GrepResult", read_only=True),
+        Operation("execute", process.execute, "ExecuteResult"),
+    )
+}
+
+
+def default(operation: str, parameter: str) -> Any:
+    """Shorthand for `OPERATIONS[operation].default(parameter)` (CLI and tool defaults)."""
+    return OPERATIONS[operation].default(parameter)
