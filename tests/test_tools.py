@@ -16,7 +16,7 @@ import pytest
 
 from sandkit import SandboxKey
 from sandkit.local import LocalProvider
-from sandkit.tools import SPECS, TOOL_NAMES, SandboxTools, arun_tool, clamp_results, run_tool
+from sandkit.tools import SPECS, TOOL_NAMES, SandboxTools, arun_tool, run_tool
 from sandkit.tools.specs import input_schema
 
 WS = "/mnt/user-data/workspace"
@@ -26,7 +26,7 @@ WS = "/mnt/user-data/workspace"
 def make_tools(make_local: Callable[..., LocalProvider]) -> Callable[..., SandboxTools]:
     def make(**settings: Any) -> SandboxTools:
         provider = make_local(**settings)
-        return SandboxTools(provider.acquire(SandboxKey("alice", "t1")), provider.settings.limits)
+        return SandboxTools(provider.acquire(SandboxKey("alice", "t1")))
 
     return make
 
@@ -224,14 +224,6 @@ def test_grep_no_matches_only_for_a_real_empty_result(tools: SandboxTools) -> No
 # -- max_results clamping ------------------------------------------------------------------
 
 
-def test_clamp_results() -> None:
-    assert clamp_results(None, 100, 500) == 100
-    assert clamp_results(0, 100, 500) == 100
-    assert clamp_results(-3, 100, 500) == 100
-    assert clamp_results(7, 100, 500) == 7
-    assert clamp_results(10_000, 100, 500) == 500
-
-
 @pytest.mark.parametrize(
     ("requested", "served"), [(None, 2), (0, 2), (-1, 2), (3, 3), (100, 4), (1, 1)]
 )
@@ -317,8 +309,8 @@ def test_async_runner_matches_the_sync_one(tools: SandboxTools) -> None:
         ("ls", {}),
         ("read_file", {"path": "zz"}),
     ]:
-        sync = run_tool(tools.sandbox, name, arguments, tools.limits)
-        async_ = asyncio.run(arun_tool(tools.sandbox, name, arguments, tools.limits))
+        sync = run_tool(tools.sandbox, name, arguments)
+        async_ = asyncio.run(arun_tool(tools.sandbox, name, arguments))
         assert async_ == sync
 
 
@@ -368,7 +360,7 @@ def test_descriptions_teach_the_workflow_and_state_the_configured_bounds(
     assert "10 MiB" in definitions["grep"]["description"]
     # The bound is described, not enforced by the schema: larger requests are clamped.
     assert "maximum" not in max_results
-    assert input_schema(SPECS[0], tools.limits) == definitions["glob"]["parameters"]
+    assert input_schema(SPECS[0], tools.sandbox.limits) == definitions["glob"]["parameters"]
 
 
 def test_the_core_and_the_cli_import_no_agent_framework() -> None:

@@ -48,32 +48,38 @@ def default_data_root() -> Path:
     return Path(base) / "sandkit"
 
 
+_DEFAULTS = Limits()
+
+
 class LimitsSettings(BaseModel):
-    """Configurable caps; `le=` is the hard ceiling no config can exceed."""
+    """Configurable caps; `le=` is the hard ceiling no config can exceed.
+
+    The defaults are `runtime.limits.Limits`'s (one place); this adds the ceilings.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    read_max_lines: int = Field(2000, ge=1, le=20_000)
-    read_max_bytes: int = Field(256 * KIB, ge=1 * KIB, le=4 * MIB)
-    write_max_bytes: int = Field(10 * MIB, ge=1, le=1 * GIB)
-    transfer_max_bytes: int = Field(64 * MIB, ge=1, le=1 * GIB)
-    list_max_entries: int = Field(1000, ge=1, le=10_000)
-    list_max_depth: int = Field(10, ge=1, le=50)
-    glob_default_results: int = Field(200, ge=1, le=1000)
-    glob_max_results: int = Field(1000, ge=1, le=1000)
-    grep_default_results: int = Field(100, ge=1, le=500)
-    grep_max_results: int = Field(500, ge=1, le=500)
-    grep_max_file_bytes: int = Field(10 * MIB, ge=1, le=64 * MIB)
-    grep_line_chars: int = Field(200, ge=20, le=2000)
-    grep_max_context: int = Field(20, ge=0, le=100)
-    search_timeout_s: float = Field(30.0, gt=0, le=600)
-    exec_default_timeout_s: float = Field(120.0, gt=0, le=86_400)
-    exec_max_timeout_s: float = Field(3600.0, gt=0, le=86_400)
-    exec_output_bytes: int = Field(64 * KIB, ge=1 * KIB, le=16 * MIB)
+    read_max_lines: int = Field(_DEFAULTS.read_max_lines, ge=1, le=20_000)
+    read_max_bytes: int = Field(_DEFAULTS.read_max_bytes, ge=1 * KIB, le=4 * MIB)
+    write_max_bytes: int = Field(_DEFAULTS.write_max_bytes, ge=1, le=1 * GIB)
+    transfer_max_bytes: int = Field(_DEFAULTS.transfer_max_bytes, ge=1, le=1 * GIB)
+    list_max_entries: int = Field(_DEFAULTS.list_max_entries, ge=1, le=10_000)
+    list_max_depth: int = Field(_DEFAULTS.list_max_depth, ge=1, le=50)
+    glob_default_results: int = Field(_DEFAULTS.glob_default_results, ge=1, le=1000)
+    glob_max_results: int = Field(_DEFAULTS.glob_max_results, ge=1, le=1000)
+    grep_default_results: int = Field(_DEFAULTS.grep_default_results, ge=1, le=500)
+    grep_max_results: int = Field(_DEFAULTS.grep_max_results, ge=1, le=500)
+    grep_max_file_bytes: int = Field(_DEFAULTS.grep_max_file_bytes, ge=1, le=64 * MIB)
+    grep_line_chars: int = Field(_DEFAULTS.grep_line_chars, ge=20, le=2000)
+    grep_max_context: int = Field(_DEFAULTS.grep_max_context, ge=0, le=100)
+    search_timeout_s: float = Field(_DEFAULTS.search_timeout_s, gt=0, le=600)
+    exec_default_timeout_s: float = Field(_DEFAULTS.exec_default_timeout_s, gt=0, le=86_400)
+    exec_max_timeout_s: float = Field(_DEFAULTS.exec_max_timeout_s, gt=0, le=86_400)
+    exec_output_bytes: int = Field(_DEFAULTS.exec_output_bytes, ge=1 * KIB, le=16 * MIB)
     # The local provider's bound on its commands (docs/providers/local.md); Docker,
     # Kubernetes and E2B boxes are bounded by their own options.
-    exec_max_processes: int = Field(256, ge=8, le=4096)
-    exec_memory_bytes: int = Field(1 * GIB, ge=16 * MIB, le=64 * GIB)
+    exec_max_processes: int = Field(_DEFAULTS.exec_max_processes, ge=8, le=4096)
+    exec_memory_bytes: int = Field(_DEFAULTS.exec_memory_bytes, ge=16 * MIB, le=64 * GIB)
 
     @model_validator(mode="after")
     def _defaults_below_ceilings(self) -> LimitsSettings:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from .errors import ErrorCode, SandboxError
+from .runtime.limits import Limits
 from .sandbox import Sandbox
 
 if TYPE_CHECKING:
@@ -69,6 +70,13 @@ class SandboxProvider(abc.ABC):
     """Starts, finds, stops and removes sandboxes for keys."""
 
     name: str
+    settings: Settings
+
+    @property
+    def limits(self) -> Limits:
+        """The caps this provider's sandboxes run with (tools describe them before a
+        sandbox exists)."""
+        return self.settings.limits.to_limits()
 
     @abc.abstractmethod
     def acquire(self, key: SandboxKey) -> Sandbox:

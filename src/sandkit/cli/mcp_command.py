@@ -38,7 +38,6 @@ def mcp(
         session.provider,
         user_id=key.user_id,
         default_thread=key.thread_id,
-        limits=session.settings.limits,
     )
     try:
         if http:

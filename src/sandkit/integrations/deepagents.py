@@ -207,6 +207,9 @@ class SandkitBackend(SandboxBackendProtocol):
 
     # -- grep ----------------------------------------------------------------------------
 
+    def _grep_pages(self, max_count: int | None) -> _GrepPages:
+        return _GrepPages(max_count, self.grep_max_matches, self.sandbox.limits.grep_max_results)
+
     def grep(
         self,
         pattern: str,
@@ -215,7 +218,7 @@ class SandkitBackend(SandboxBackendProtocol):
         *,
         max_count: int | None = None,
     ) -> GrepResult:
-        collected = _GrepPages(max_count, self.grep_max_matches)
+        collected = self._grep_pages(max_count)
         try:
             while collected.wants_more():
                 collected.add(self.sandbox.grep(pattern, **collected.request(path, glob)))
@@ -231,7 +234,7 @@ class SandkitBackend(SandboxBackendProtocol):
         *,
         max_count: int | None = None,
     ) -> GrepResult:
-        collected = _GrepPages(max_count, self.grep_max_matches)
+        collected = self._grep_pages(max_count)
         try:
             while collected.wants_more():
                 collected.add(await self.sandbox.agrep(pattern, **collected.request(path, glob)))
@@ -244,14 +247,19 @@ class SandkitBackend(SandboxBackendProtocol):
     def glob(self, pattern: str, path: str | None = None) -> GlobResult:
         query = _GlobQuery(pattern, path)
         try:
-            return query.result(self.sandbox.glob(query.pattern, query.root, max_results=1000))
+            found = self.sandbox.glob(
+                query.pattern, query.root, max_results=self.sandbox.limits.glob_max_results
+            )
         except SandboxError as exc:
             return GlobResult(error=_error(exc))
+        return query.result(found)
 
     async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
         query = _GlobQuery(pattern, path)
         try:
-            found = await self.sandbox.aglob(query.pattern, query.root, max_results=1000)
+            found = await self.sandbox.aglob(
+                query.pattern, query.root, max_results=self.sandbox.limits.glob_max_results
+            )
         except SandboxError as exc:
             return GlobResult(error=_error(exc))
         return query.result(found)
@@ -406,8 +414,9 @@ def _past_end(probe: ReadFileResult, offset: int) -> ReadResult:
 class _GrepPages:
     """Pages of a literal search, collected up to `max_count` (or the hard cap)."""
 
-    def __init__(self, max_count: int | None, hard_cap: int) -> None:
+    def __init__(self, max_count: int | None, hard_cap: int, page_size: int) -> None:
         self.cap = hard_cap if max_count is None else max(int(max_count), 0)
+        self.page_size = page_size
         self.capped_by_caller = max_count is not None
         self.matches: list[GrepMatch] = []
         self.more = True
@@ -421,7 +430,7 @@ class _GrepPages:
             "glob": glob or None,
             "literal": True,
             "case_sensitive": True,
-            "max_results": min(self.cap - len(self.matches), 500),
+            "max_results": min(self.cap - len(self.matches), self.page_size),
             "offset": len(self.matches),
         }
 

@@ -19,7 +19,6 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict
 
-from ..config import LimitsSettings
 from ..errors import ErrorCode, SandboxError
 from ..provider import SandboxKey, SandboxProvider
 from ..sandbox import Sandbox
@@ -52,7 +51,6 @@ class SandkitTool(BaseTool):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     provider: SandboxProvider
-    limits: LimitsSettings
     user_id: str | None = None
     thread_id: str | None = None
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
@@ -72,7 +70,7 @@ class SandkitTool(BaseTool):
             sandbox = self._sandbox(run_config)
         except Exception as exc:
             return self._answer(failure(exc, self.name))
-        return self._answer(run_tool(sandbox, self.name, arguments, self.limits))
+        return self._answer(run_tool(sandbox, self.name, arguments))
 
     async def _arun(
         self, run_config: RunnableConfig, **arguments: Any
@@ -82,22 +80,21 @@ class SandkitTool(BaseTool):
             sandbox = await asyncio.to_thread(self._sandbox, run_config)
         except Exception as exc:
             return self._answer(failure(exc, self.name))
-        return self._answer(await arun_tool(sandbox, self.name, arguments, self.limits))
+        return self._answer(await arun_tool(sandbox, self.name, arguments))
 
 
 def _tool(
     spec: ToolSpec,
     provider: SandboxProvider,
-    limits: LimitsSettings,
     user_id: str | None,
     thread_id: str | None,
 ) -> SandkitTool:
+    limits = provider.limits  # what its sandboxes run with
     return SandkitTool(
         name=spec.name,
         description=description(spec, limits),
         args_schema=input_schema(spec, limits),
         provider=provider,
-        limits=limits,
         user_id=user_id,
         thread_id=thread_id,
     )
@@ -108,20 +105,16 @@ def sandkit_tools(
     *,
     user_id: str | None = "default",
     thread_id: str | None = None,
-    limits: LimitsSettings | None = None,
     include: tuple[str, ...] | None = None,
 ) -> list[BaseTool]:
     """LangChain tools over `provider`: glob, grep, read_file, edit_file, write_file, ls, bash.
 
     `user_id`/`thread_id` are fallbacks for runs whose config does not name
-    them; leave `thread_id` None to require LangGraph's thread id. `limits`
-    defaults to the provider's configured limits; `include` picks a subset.
+    them; leave `thread_id` None to require LangGraph's thread id. The
+    descriptions state the provider's limits; `include` picks a subset.
     """
-    if limits is None:
-        settings = getattr(provider, "settings", None)
-        limits = getattr(settings, "limits", None) or LimitsSettings.model_validate({})
     return [
-        _tool(spec, provider, limits, user_id, thread_id)
+        _tool(spec, provider, user_id, thread_id)
         for spec in SPECS
         if include is None or spec.name in include
     ]

@@ -5,7 +5,7 @@ Nothing here imports an agent framework; the MCP server lives in
 deepagents adapters in `sandkit.integrations`.
 """
 
-from .dispatch import ToolOutput, arun_tool, clamp_results, run_tool
+from .dispatch import ToolOutput, arun_tool, run_tool
 from .specs import INSTRUCTIONS, SPECS, TOOL_NAMES, ToolSpec, description, input_schema
 from .toolset import SandboxTools
 
@@ -17,7 +17,6 @@ __all__ = [
     "ToolOutput",
     "ToolSpec",
     "arun_tool",
-    "clamp_results",
     "description",
     "input_schema",
     "run_tool",

@@ -1,4 +1,4 @@
-"""Run one agent tool against a sandbox: validate, clamp, call, render.
+"""Run one agent tool against a sandbox: validate, call, render.
 
 Every surface (MCP, LangChain, anything custom) goes through `run_tool` or
 `arun_tool`, so a model gets the same text and the same structured result
@@ -9,28 +9,17 @@ whichever runtime it sits in. Failures come back as a `ToolOutput` with
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..config import LimitsSettings
 from ..display import printable, printable_text
 from ..errors import ErrorCode, SandboxError
 from ..sandbox import Sandbox
 from . import render
-from .specs import (
-    SPECS_BY_NAME,
-    TOOL_NAMES,
-    BashArgs,
-    EditFileArgs,
-    GlobArgs,
-    GrepArgs,
-    LsArgs,
-    ReadFileArgs,
-    WriteFileArgs,
-)
+from .specs import SPECS_BY_NAME, TOOL_NAMES, ToolSpec
 
 log = logging.getLogger("sandkit.tools")
 
@@ -54,82 +43,7 @@ class ToolOutput:
         return str(error["code"]) if isinstance(error, dict) else None
 
 
-@dataclass(frozen=True)
-class _Call:
-    method: str  # the Sandbox method; its async twin is "a" + method
-    kwargs: dict[str, Any]
-    render: Callable[[Any], str]
-
-
-def clamp_results(requested: int | None, default: int, ceiling: int) -> int:
-    """`max_results` as served: None or <= 0 means the default; never above the ceiling."""
-    if requested is None or requested <= 0:
-        return default
-    return min(requested, ceiling)
-
-
-def _read(args: ReadFileArgs, limits: LimitsSettings) -> _Call:
-    kwargs = {"path": args.path, "start_line": args.start_line, "end_line": args.end_line}
-    return _Call("read_file", kwargs, render.render_read)
-
-
-def _write(args: WriteFileArgs, limits: LimitsSettings) -> _Call:
-    kwargs = {"path": args.path, "content": args.content, "append": args.append}
-    return _Call("write_file", kwargs, lambda result: render.render_write(result, args.append))
-
-
-def _edit(args: EditFileArgs, limits: LimitsSettings) -> _Call:
-    kwargs = {
-        "path": args.path,
-        "old": args.old_string,
-        "new": args.new_string,
-        "replace_all": args.replace_all,
-    }
-    return _Call("edit_file", kwargs, render.render_edit)
-
-
-def _ls(args: LsArgs, limits: LimitsSettings) -> _Call:
-    kwargs = {"path": args.path, "max_depth": args.max_depth}
-    return _Call("list_dir", kwargs, render.render_ls)
-
-
-def _glob(args: GlobArgs, limits: LimitsSettings) -> _Call:
-    kwargs = {
-        "pattern": args.pattern,
-        "path": args.path,
-        "include_dirs": args.include_dirs,
-        "max_results": clamp_results(
-            args.max_results, limits.glob_default_results, limits.glob_max_results
-        ),
-    }
-    return _Call("glob", kwargs, render.render_glob)
-
-
-def _grep(args: GrepArgs, limits: LimitsSettings) -> _Call:
-    kwargs = args.model_dump()
-    kwargs["max_results"] = clamp_results(
-        args.max_results, limits.grep_default_results, limits.grep_max_results
-    )
-    return _Call("grep", kwargs, render.render_grep)
-
-
-def _bash(args: BashArgs, limits: LimitsSettings) -> _Call:
-    kwargs = {"command": args.command, "timeout": args.timeout, "cwd": args.cwd}
-    return _Call("execute", kwargs, render.render_execute)
-
-
-_PLANNERS: dict[str, Callable[[Any, LimitsSettings], _Call]] = {
-    "read_file": _read,
-    "write_file": _write,
-    "edit_file": _edit,
-    "ls": _ls,
-    "glob": _glob,
-    "grep": _grep,
-    "bash": _bash,
-}
-
-
-def _plan(name: str, arguments: Mapping[str, Any] | None, limits: LimitsSettings) -> _Call:
+def _plan(name: str, arguments: Mapping[str, Any] | None) -> tuple[ToolSpec, BaseModel]:
     spec = SPECS_BY_NAME.get(name)
     if spec is None:
         raise SandboxError(
@@ -138,12 +52,11 @@ def _plan(name: str, arguments: Mapping[str, Any] | None, limits: LimitsSettings
         )
     if arguments is not None and not isinstance(arguments, Mapping):
         raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"{name} takes an object of arguments")
-    args = spec.args.model_validate(dict(arguments or {}))
-    return _PLANNERS[name](args, limits)
+    return spec, spec.args.model_validate(dict(arguments or {}))
 
 
-def _success(call: _Call, result: BaseModel) -> ToolOutput:
-    return ToolOutput(call.render(result), result.model_dump(mode="json"))
+def _success(spec: ToolSpec, args: BaseModel, result: BaseModel) -> ToolOutput:
+    return ToolOutput(spec.render(result, args), result.model_dump(mode="json"))
 
 
 def failure(exc: Exception, tool: str = "tool") -> ToolOutput:
@@ -168,31 +81,24 @@ def _argument_problems(tool: str, exc: ValidationError) -> str:
     return f"invalid arguments for {tool}: {problems}"
 
 
-def run_tool(
-    sandbox: Sandbox,
-    name: str,
-    arguments: Mapping[str, Any] | None,
-    limits: LimitsSettings | None = None,
-) -> ToolOutput:
-    """Run tool `name` with JSON `arguments` on `sandbox`; never raises."""
+def run_tool(sandbox: Sandbox, name: str, arguments: Mapping[str, Any] | None) -> ToolOutput:
+    """Run tool `name` with JSON `arguments` on `sandbox`; never raises.
+
+    Caps (`max_results` and the like) are the sandbox's: the runtime clamps them.
+    """
     try:
-        call = _plan(name, arguments, limits or LimitsSettings.model_validate({}))
-        result = getattr(sandbox, call.method)(**call.kwargs)
+        spec, args = _plan(name, arguments)
+        result = getattr(sandbox, spec.operation)(**spec.operation_kwargs(args))
     except Exception as exc:
         return failure(exc, name)
-    return _success(call, result)
+    return _success(spec, args, result)
 
 
-async def arun_tool(
-    sandbox: Sandbox,
-    name: str,
-    arguments: Mapping[str, Any] | None,
-    limits: LimitsSettings | None = None,
-) -> ToolOutput:
+async def arun_tool(sandbox: Sandbox, name: str, arguments: Mapping[str, Any] | None) -> ToolOutput:
     """Async `run_tool`: uses the sandbox's async twins (native on remote sandboxes)."""
     try:
-        call = _plan(name, arguments, limits or LimitsSettings.model_validate({}))
-        result = await getattr(sandbox, "a" + call.method)(**call.kwargs)
+        spec, args = _plan(name, arguments)
+        result = await getattr(sandbox, "a" + spec.operation)(**spec.operation_kwargs(args))
     except Exception as exc:
         return failure(exc, name)
-    return _success(call, result)
+    return _success(spec, args, result)

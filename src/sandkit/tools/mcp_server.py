@@ -28,7 +28,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 
-from ..config import LimitsSettings
+from ..runtime.limits import Limits
 from ..errors import SandboxError
 from ..provider import SandboxKey, SandboxProvider, check_id
 from .dispatch import ToolOutput, arun_tool, failure
@@ -70,7 +70,7 @@ def thread_for(
     return default_thread
 
 
-def _tool_list(limits: LimitsSettings) -> list[types.Tool]:
+def _tool_list(limits: Limits) -> list[types.Tool]:
     return [
         types.Tool(
             name=spec.name,
@@ -101,14 +101,12 @@ def create_server(
     *,
     user_id: str,
     default_thread: str = "default",
-    limits: LimitsSettings | None = None,
     name: str = "sandkit",
 ) -> Server[Any]:
     """An MCP server exposing the sandkit tools for `provider`'s sandboxes of `user_id`."""
     check_id("user_id", user_id)
     check_id("thread_id", default_thread)
-    served_limits = limits or LimitsSettings.model_validate({})
-    tools = _tool_list(served_limits)
+    tools = _tool_list(provider.limits)  # what its sandboxes run with
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -127,7 +125,7 @@ def create_server(
             sandbox = await anyio.to_thread.run_sync(provider.acquire, key)
         except Exception as exc:
             return _result(failure(exc, params.name))
-        return _result(await arun_tool(sandbox, params.name, params.arguments, served_limits))
+        return _result(await arun_tool(sandbox, params.name, params.arguments))
 
     return Server(
         name,

@@ -10,23 +10,18 @@ schema a model sees states the numbers this deployment enforces.
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..config import LimitsSettings
-from ..models import (
-    EditResult,
-    ExecuteResult,
-    GlobResult,
-    GrepMode,
-    GrepResult,
-    ListDirResult,
-    ReadFileResult,
-    WriteResult,
-)
+from .. import models
+from ..models import GrepMode
+from ..runtime.limits import Limits
+from ..runtime.operations import OPERATIONS
 from ..runtime.pathmap import WORKSPACE
+from . import render
 from .render import TOOL_LINE_CHARS
 
 PATH_HELP = f"Absolute path, or relative to {WORKSPACE}."
@@ -159,13 +154,34 @@ class BashArgs(_Args):
     )
 
 
+def _plain(render: Callable[[Any], str]) -> Callable[[Any, Any], str]:
+    return lambda result, _args: render(result)
+
+
 @dataclass(frozen=True)
 class ToolSpec:
+    """One tool: its argument model and text, and the operation of the table it runs."""
+
     name: str
     description: str  # a template: `$limit_name` placeholders
     args: type[_Args]
-    result: type[BaseModel]
-    read_only: bool
+    operation: str
+    render: Callable[[Any, Any], str]  # (result, arguments) -> the text the model reads
+    # Tool argument -> operation parameter, where the tool's name differs.
+    aliases: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def result(self) -> type[BaseModel]:
+        model: type[BaseModel] = getattr(models, OPERATIONS[self.operation].result)
+        return model
+
+    @property
+    def read_only(self) -> bool:
+        return OPERATIONS[self.operation].read_only
+
+    def operation_kwargs(self, args: BaseModel) -> dict[str, Any]:
+        """The operation's keyword arguments for validated tool arguments."""
+        return {self.aliases.get(name, name): value for name, value in args.model_dump().items()}
 
 
 SPECS: tuple[ToolSpec, ...] = (
@@ -176,8 +192,8 @@ SPECS: tuple[ToolSpec, ...] = (
         "paths, at most $glob_max_results per call. Directories such as .git, node_modules "
         "and virtualenvs are skipped unless you search inside them.",
         GlobArgs,
-        GlobResult,
-        read_only=True,
+        "glob",
+        _plain(render.render_glob),
     ),
     ToolSpec(
         "grep",
@@ -187,8 +203,8 @@ SPECS: tuple[ToolSpec, ...] = (
         "over $grep_max_file_bytes are skipped; lines are cut to $grep_line_chars "
         "characters. Long answers are paged with max_results and offset.",
         GrepArgs,
-        GrepResult,
-        read_only=True,
+        "grep",
+        _plain(render.render_grep),
     ),
     ToolSpec(
         "read_file",
@@ -198,8 +214,8 @@ SPECS: tuple[ToolSpec, ...] = (
         f"Lines over {TOOL_LINE_CHARS} characters are cut with a marker. Binary files are "
         "an error. Read a file before editing it.",
         ReadFileArgs,
-        ReadFileResult,
-        read_only=True,
+        "read_file",
+        _plain(render.render_read),
     ),
     ToolSpec(
         "edit_file",
@@ -207,8 +223,9 @@ SPECS: tuple[ToolSpec, ...] = (
         "(unless replace_all); otherwise the call fails saying whether it was not found or "
         "occurs several times, and nothing changes. Prefer this to write_file for changes.",
         EditFileArgs,
-        EditResult,
-        read_only=False,
+        "edit_file",
+        _plain(render.render_edit),
+        {"old_string": "old", "new_string": "new"},
     ),
     ToolSpec(
         "write_file",
@@ -216,8 +233,8 @@ SPECS: tuple[ToolSpec, ...] = (
         "replace is atomic). Use edit_file to change part of an existing file. At most "
         "$write_max_bytes.",
         WriteFileArgs,
-        WriteResult,
-        read_only=False,
+        "write_file",
+        lambda result, args: render.render_write(result, args.append),
     ),
     ToolSpec(
         "ls",
@@ -226,8 +243,8 @@ SPECS: tuple[ToolSpec, ...] = (
         "caches and the like are not listed below the directory you ask for. Use glob to "
         "find files by pattern.",
         LsArgs,
-        ListDirResult,
-        read_only=True,
+        "list_dir",
+        _plain(render.render_ls),
     ),
     ToolSpec(
         "bash",
@@ -237,8 +254,8 @@ SPECS: tuple[ToolSpec, ...] = (
         "(head and tail). The output ends with the exit code; a command that runs past "
         "its timeout is killed.",
         BashArgs,
-        ExecuteResult,
-        read_only=False,
+        "execute",
+        _plain(render.render_execute),
     ),
 )
 
@@ -257,13 +274,13 @@ def _number(name: str, value: Any) -> str:
     return str(value)
 
 
-def fill(text: str, limits: LimitsSettings) -> str:
+def fill(text: str, limits: Limits) -> str:
     """Put the configured limits into a description template."""
-    values = {name: _number(name, value) for name, value in limits.model_dump().items()}
+    values = {name: _number(name, value) for name, value in limits.to_dict().items()}
     return string.Template(text).safe_substitute(values)
 
 
-def _fill_all(node: Any, limits: LimitsSettings) -> Any:
+def _fill_all(node: Any, limits: Limits) -> Any:
     if isinstance(node, dict):
         return {
             key: fill(value, limits)
@@ -278,7 +295,7 @@ def _fill_all(node: Any, limits: LimitsSettings) -> Any:
     return node
 
 
-def input_schema(spec: ToolSpec, limits: LimitsSettings) -> dict[str, Any]:
+def input_schema(spec: ToolSpec, limits: Limits) -> dict[str, Any]:
     """JSON schema of the tool's arguments, with this deployment's limits filled in."""
     schema: dict[str, Any] = _fill_all(spec.args.model_json_schema(), limits)
     return schema
@@ -290,5 +307,5 @@ def output_schema(spec: ToolSpec) -> dict[str, Any]:
     return schema
 
 
-def description(spec: ToolSpec, limits: LimitsSettings) -> str:
+def description(spec: ToolSpec, limits: Limits) -> str:
     return fill(spec.description, limits)

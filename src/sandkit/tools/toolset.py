@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..config import LimitsSettings
 from ..models import GrepMode
 from ..runtime.pathmap import WORKSPACE
 from ..sandbox import Sandbox
@@ -19,26 +18,25 @@ from .specs import SPECS, description, input_schema
 
 
 class SandboxTools:
-    def __init__(self, sandbox: Sandbox, limits: LimitsSettings | None = None) -> None:
+    def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
-        self.limits = limits or LimitsSettings.model_validate({})
 
     def definitions(self) -> list[dict[str, Any]]:
         """Name, description and JSON schema of every tool (function-calling format)."""
         return [
             {
                 "name": spec.name,
-                "description": description(spec, self.limits),
-                "parameters": input_schema(spec, self.limits),
+                "description": description(spec, self.sandbox.limits),
+                "parameters": input_schema(spec, self.sandbox.limits),
             }
             for spec in SPECS
         ]
 
     def run(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolOutput:
-        return run_tool(self.sandbox, name, arguments, self.limits)
+        return run_tool(self.sandbox, name, arguments)
 
     async def arun(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolOutput:
-        return await arun_tool(self.sandbox, name, arguments, self.limits)
+        return await arun_tool(self.sandbox, name, arguments)
 
     def _text(self, name: str, **arguments: Any) -> str:
         # Unset optional arguments are left out, so the argument model's defaults apply.
