@@ -11,7 +11,6 @@ import threading
 import time
 from typing import Any
 
-from .sandbox import Sandbox
 from .config import Settings
 from .errors import ErrorCode, SandboxError
 from .hostlimits import ProcessBounds
@@ -22,6 +21,7 @@ from .runtime.context import Context
 from .runtime.limits import Limits
 from .runtime.search import find_rg
 from .runtime.service import Runtime
+from .sandbox import Sandbox
 
 
 class LocalSandbox(Sandbox):

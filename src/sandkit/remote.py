@@ -17,9 +17,9 @@ from typing import Any
 
 from .agent import protocol as p
 from .agent.protocol import agent_config
-from .sandbox import Sandbox
 from .errors import ErrorCode, SandboxError
 from .runtime.limits import Limits
+from .sandbox import Sandbox
 from .transports.base import Transport
 from .transports.http import HttpTransport
 from .transports.stdio import StdioTransport

@@ -28,9 +28,9 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 
-from ..runtime.limits import Limits
 from ..errors import SandboxError
 from ..provider import SandboxKey, SandboxProvider, check_id
+from ..runtime.limits import Limits
 from .dispatch import ToolOutput, arun_tool, failure
 from .specs import INSTRUCTIONS, SPECS, SPECS_BY_NAME, description, input_schema, output_schema
 
