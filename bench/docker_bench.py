@@ -39,7 +39,7 @@ from sandkit_docker.provider import DockerProvider  # noqa: E402
 from timing import ms, percentiles, timed  # noqa: E402
 
 from sandkit import SandboxKey, Settings  # noqa: E402
-from sandkit.boxes import RG_PATH  # noqa: E402
+from sandkit.boxkit import RG_PATH  # noqa: E402
 
 WORKSPACE = "/mnt/user-data/workspace"
 

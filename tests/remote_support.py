@@ -23,7 +23,7 @@ from sandkit.runtime.context import Context
 from sandkit.runtime.limits import Limits
 from sandkit.runtime.pathmap import OUTPUTS, UPLOADS, WORKSPACE, Mount, PathMapping
 from sandkit.runtime.service import Runtime
-from sandkit.streams import ByteStream
+from sandkit.boxkit import ByteStream
 from sandkit.transports.local_process import SubprocessStream, agent_command
 from sandkit.transports.stdio import StdioTransport
 

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from sandkit import SandboxKey
-from sandkit.boxtable import BoxTable
+from sandkit.boxkit import BoxTable
 
 
 @dataclasses.dataclass(eq=False)

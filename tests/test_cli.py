@@ -14,7 +14,7 @@ from typer.testing import CliRunner, Result
 from sandkit.cli import app, render
 from sandkit.cli.doctor import DoctorReport
 from sandkit.cli.providers import ProvidersReport
-from sandkit.demo import DemoReport
+from sandkit.cli.demo import DemoReport
 from sandkit.models import (
     EditResult,
     ExecuteResult,

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandkit import SandboxKey, Settings, hostlimits
+from sandkit import SandboxKey, Settings
+from sandkit.local import hostlimits
 from sandkit.local import LocalProvider
 from sandkit.models import ExecuteResult
 from sandkit.runtime import process

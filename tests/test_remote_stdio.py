@@ -21,7 +21,7 @@ from sandkit import ErrorCode, SandboxError
 from sandkit.local import LocalSandbox
 from sandkit.remote import RemoteSandbox
 from sandkit.runtime.limits import MIB, Limits
-from sandkit.streams import ByteStream
+from sandkit.boxkit import ByteStream
 from sandkit.transports.local_process import SubprocessStream, agent_command
 from sandkit.transports.stdio import StdioTransport
 

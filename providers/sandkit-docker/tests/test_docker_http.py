@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sandkit_docker.http_agent import make_token
+from sandkit.boxkit.http_agent import make_token
 from sandkit_docker.provider import DockerProvider
 
 from sandkit import ErrorCode, SandboxError, SandboxKey

@@ -22,7 +22,7 @@ from sandkit_kubernetes.spec import deep_merge, label_value, pod_manifest
 
 from sandkit import ErrorCode, SandboxError, SandboxKey, Settings
 from sandkit.agent import protocol as p
-from sandkit.boxes import Payload, build_payload
+from sandkit.boxkit import Payload, build_payload
 from sandkit.paths import WORKSPACE, Mount, PathMapping, ThreadLayout
 from sandkit.transports.http import HttpTransport
 

@@ -79,7 +79,7 @@ def _demo(
     ] = False,
 ) -> int:
     """Run the README's tour on the local provider: write, ls, glob, grep, read, edit."""
-    from ..demo import run_demo  # imported on use: keeps other commands' start-up lean
+    from .demo import run_demo  # imported on use: keeps other commands' start-up lean
 
     return run_demo(session, keep=keep)
 

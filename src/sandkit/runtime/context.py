@@ -13,7 +13,7 @@ BOUNDS_FAILED = "sandkit: the sandbox's process limits could not be applied"
 
 
 class CommandBounds(Protocol):
-    """Host limits a command runs under (the local provider's `sandkit.hostlimits`)."""
+    """Host limits a command runs under (the local provider's `sandkit.local.hostlimits`)."""
 
     def launch(self, argv: List[str]) -> Tuple[List[str], Optional[Callable[[], None]]]:
         """The argv to start instead, and a step for the child between fork and exec.

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..streams import ByteStream, StreamOpener
+from .streams import ByteStream, StreamOpener
 
 STDERR_TAIL_BYTES = 64 * 1024
 

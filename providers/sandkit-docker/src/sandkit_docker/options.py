@@ -6,21 +6,24 @@ Every hardening default is on; each field says what turning it off costs.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from sandkit.config import Settings
-from sandkit.errors import ErrorCode, SandboxError
+from sandkit.boxkit import BoxOptions
 
-_OWNER_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}")
 _USER_RE = re.compile(r"(\d+):(\d+)")
 
 
-class DockerOptions(BaseModel):
-    """Options of the Docker provider (`providers: {docker: {...}}` in sandkit.yaml)."""
+class DockerOptions(BoxOptions):
+    """Options of the Docker provider (`providers: {docker: {...}}` in sandkit.yaml).
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    The shared ones (owner, python, carrier, http_port, token_secret, execute_enabled,
+    reap_interval_s, max_running) are `BoxOptions`'s. Carrier http with network_mode
+    none puts the box on `<owner>-internal`, an internal network without egress.
+    """
+
+    provider_name: ClassVar[str] = "docker"
 
     image: str = Field(
         "python:3.12-slim", description="Any image with python3 and its standard library."
@@ -31,11 +34,6 @@ class DockerOptions(BaseModel):
     docker_host: str | None = Field(
         None, description="Engine URL; None uses DOCKER_HOST or the local socket."
     )
-    owner: str = Field(
-        "sandkit",
-        description="Name of this deployment: prefixes container names and is the "
-        "`sandkit.owner` label, so two deployments never adopt each other's boxes.",
-    )
     user: str = Field("1000:1000", description="uid:gid the container and every command run as.")
     allow_root: bool = Field(False, description="Allow `user` with uid 0 (not recommended).")
     chown_thread_dirs: bool = Field(
@@ -45,20 +43,6 @@ class DockerOptions(BaseModel):
     )
     network_mode: str = Field(
         "none", description="Docker network mode: none (default), bridge, host or a network name."
-    )
-    carrier: Literal["stdio", "http"] = Field(
-        "stdio",
-        description="How the provider talks to the agent. stdio: one exec socket through the "
-        "engine (no network needed). http: the agent listens on the container's IP with a "
-        "per-agent bearer token; with network_mode none the box joins `<owner>-internal`, an "
-        "internal network without egress.",
-    )
-    http_port: int = Field(8765, ge=1024, le=65535, description="Agent port (carrier http).")
-    token_secret: SecretStr | None = Field(
-        None,
-        description="carrier http: derive each container's bearer token from this secret, so "
-        "provider instances sharing it reuse a running agent; None: a random token per agent "
-        "start (a restarted provider restarts the agent).",
     )
     mem_limit: str | int = Field("1g", description="Memory limit (swap disabled).")
     cpus: float = Field(1.0, ge=0, description="CPU quota in cores; 0 means unlimited.")
@@ -82,26 +66,11 @@ class DockerOptions(BaseModel):
         default_factory=lambda: ["sleep", "infinity"],
         description="Main process; it only keeps the container alive.",
     )
-    python: str = Field("python3", description="Interpreter in the image that runs the agent.")
     labels: dict[str, str] = Field(default_factory=dict, description="Extra container labels.")
-    execute_enabled: bool = Field(True, description="Allow `execute` inside the container.")
     stop_timeout_s: int = Field(3, ge=0, le=300, description="Grace period on stop.")
     shutdown: Literal["remove", "stop"] = Field(
         "remove", description="What shutdown() does to this owner's containers."
     )
-    reap_interval_s: float = Field(
-        60.0, ge=0, description="Background idle reaper period; 0 disables it."
-    )
-    max_running: int = Field(
-        0, ge=0, description="Refuse (CAPACITY) to start more running boxes; 0 = no cap."
-    )
-
-    @field_validator("owner")
-    @classmethod
-    def _owner_ok(cls, value: str) -> str:
-        if not _OWNER_RE.fullmatch(value):
-            raise ValueError("owner must match [a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}")
-        return value
 
     @field_validator("user")
     @classmethod
@@ -144,12 +113,3 @@ class DockerOptions(BaseModel):
     @property
     def gid(self) -> int:
         return int(self.user.split(":")[1])
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> DockerOptions:
-        try:
-            return cls.model_validate(settings.provider_options("docker"))
-        except ValueError as exc:
-            raise SandboxError(
-                ErrorCode.INVALID_ARGUMENT, f"invalid providers.docker options: {exc}"
-            ) from None

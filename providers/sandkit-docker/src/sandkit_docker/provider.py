@@ -3,9 +3,10 @@
 The container's main process only keeps it alive; every operation goes to
 one long-lived agent per sandbox: `agent.pyz --stdio` over a Docker exec
 socket (carrier stdio, the default) or `agent.pyz --http` reached at the
-container's IP with a bearer token (carrier http, see `http_agent`).
-Containers are found again by name (`<owner>-<sandbox_id>`) and labels, so
-a restarted provider adopts its boxes instead of creating duplicates.
+container's IP with a bearer token (carrier http). Containers are found
+again by name (`<owner>-<sandbox_id>`) and labels, so a restarted provider
+adopts its boxes instead of creating duplicates. The lifecycle itself
+(locks, reaping, capacity, carriers, shutdown) is `sandkit.boxkit`'s.
 """
 
 from __future__ import annotations
@@ -13,42 +14,32 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import secrets
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import docker
 import docker.errors
 
-from sandkit.agent.protocol import max_frame_bytes
-from sandkit.boxes import (
+from sandkit.boxkit import (
     AGENT_DIR,
     AGENT_PATH,
-    RG_PATH,
-    IdleReaper,
+    BoxProvider,
+    BoxRecord,
+    BoxSandbox,
+    ByteStream,
     Payload,
-    TrackedSandbox,
-    box_mapping,
-    build_payload,
+    http_agent,
+    prepare_host_dirs,
 )
-from sandkit.boxtable import BoxTable
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
-from sandkit.paths import ThreadLayout
-from sandkit.provider import SandboxKey, SandboxProvider
-from sandkit.remote import agent_config as make_agent_config
-from sandkit.streams import ByteStream
-from sandkit.transports.base import Transport
-from sandkit.transports.http import HttpTransport
-from sandkit.transports.stdio import StdioTransport
+from sandkit.provider import SandboxKey
 
-from . import http_agent
 from .client import connect
 from .errors import engine_error
-from .http_agent import AgentSlot, SlotTransport
 from .options import DockerOptions
 from .spec import (
     LABEL_AGENT,
@@ -65,8 +56,6 @@ log = logging.getLogger("sandkit.docker")
 
 # How long to wait for a container another process created to be started by it.
 FOREIGN_START_WAIT_S = 10.0
-# carrier http: how long a ping may take before the agent counts as gone.
-HTTP_PROBE_TIMEOUT_S = 3.0
 # Marks each stdio agent (`--tag` in its argv: the agent is non-dumpable, so its
 # environ is unreadable in the box) so the provider can end the one a new channel replaces.
 # Kills this uid's processes whose argv ends in `--tag <argv[1]>`.
@@ -80,51 +69,29 @@ _END_AGENT = (
     " except (OSError,ValueError): pass\n"
 )
 
-
-class DockerSandbox(TrackedSandbox):
-    """A sandbox in a container (busy tracking for reaping comes with `TrackedSandbox`)."""
+DockerSandbox = BoxSandbox
 
 
 @dataclasses.dataclass(eq=False)
-class _Box:
-    """What this provider knows about one key's container."""
+class _Box(BoxRecord):
+    """The kit's record plus the key's container and its stdio agent."""
 
-    key: SandboxKey
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     container_id: str | None = None
-    sandbox: DockerSandbox | None = None
-    stream: DockerExecStream | None = None
-    # The stdio agent of `stream`: its tag, and the container it runs in.
+    # The stdio agent of the current stream: its tag, and the container it runs in.
     agent_tag: str | None = None
     agent_container: str | None = None
-    # carrier http: the agent the sandbox's calls go to.
-    agent: AgentSlot = dataclasses.field(default_factory=AgentSlot)
-    # Set when the engine said the container is gone or stopped: acquire re-checks.
-    dead: bool = False
-
-    def looks_alive(self, carrier: str) -> bool:
-        """Cheap check: a live agent channel implies a running container."""
-        if self.dead:
-            return False
-        if carrier == "http":
-            return self.agent.transport is not None and not self.agent.down
-        stream = self.stream
-        return stream is not None and not stream.at_eof
 
 
-class DockerProvider(SandboxProvider):
+class DockerProvider(BoxProvider[_Box, DockerOptions]):
     name = "docker"
 
     def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or Settings()
-        self.options = DockerOptions.from_settings(self.settings)
+        super().__init__(settings, DockerOptions, _Box)
         self._client: docker.DockerClient | None = None
         self._client_lock = threading.Lock()
-        self._boxes = BoxTable(_Box)
         self._image_lock = threading.Lock()
         self._network_lock = threading.Lock()
         self._pulled = False
-        self._reaper = IdleReaper("sandkit-docker-reaper", self.reap_idle)
 
     # -- engine ---------------------------------------------------------------------
 
@@ -142,137 +109,17 @@ class DockerProvider(SandboxProvider):
                     self._client = client
         return self._client
 
-    def _payload(self) -> Payload:
-        return build_payload(True)
+    # -- the kit's hooks --------------------------------------------------------------
 
-    # -- SandboxProvider --------------------------------------------------------------
-
-    def acquire(self, key: SandboxKey) -> DockerSandbox:
-        self._reaper.start(self.options.reap_interval_s, self.settings.idle_timeout_s)
-        with self._boxes.locked(key) as box:
-            sandbox = box.sandbox
-            if (
-                sandbox is not None
-                and not sandbox.closed
-                and box.looks_alive(self.options.carrier)
-                and self._answers(sandbox)
-            ):
-                sandbox.last_used = time.monotonic()
-                return sandbox
-            try:
-                self._ensure_running(box)
-                if self.options.carrier == "http":
-                    self._ensure_http_agent(box)
-            except BaseException:
-                if box.sandbox is None:
-                    self._boxes.forget(box)
-                raise
-            if sandbox is None or sandbox.closed:
-                sandbox = self._new_sandbox(box)
-                box.sandbox = sandbox
-            # Open the channel now: acquire returns a box that answers, and a
-            # broken image (no python3) fails here with the agent's reason.
-            sandbox.ping(timeout=30.0)
-            sandbox.last_used = time.monotonic()
-            return sandbox
-
-    def get(self, key: SandboxKey) -> DockerSandbox | None:
-        box = self._boxes.box(key)
-        with box.lock:
-            sandbox = box.sandbox
-            if sandbox is not None and not sandbox.closed and box.looks_alive(self.options.carrier):
-                return sandbox
-            attrs = self._inspect(key)
-            if attrs is None or not _running(attrs) or not self._adoptable(attrs, key):
-                if sandbox is None:
-                    self._boxes.forget(box)
-                return None
-            box.container_id = attrs["Id"]
-            box.dead = False
-            if self.options.carrier == "http":
-                # Not a container start: the agent of a box adopted from an earlier
-                # provider instance answers to a token we do not know.
-                try:
-                    self._ensure_http_agent(box)
-                except BaseException:
-                    if sandbox is None:
-                        self._boxes.forget(box)
-                    raise
-            if sandbox is None or sandbox.closed:
-                sandbox = self._new_sandbox(box)
-                box.sandbox = sandbox
-            return sandbox
-
-    def release(self, key: SandboxKey) -> None:
-        self._drop(key, remove=False)
-
-    def destroy(self, key: SandboxKey) -> None:
-        self._drop(key, remove=True)
-
-    def shutdown(self) -> None:
-        self._reaper.stop()
-        boxes = self._boxes.take_all()
-        for box in boxes:
-            with box.lock:
-                self._close_box(box)
-        try:
-            client = self.client  # also cleans up after a crashed earlier instance
-        except SandboxError:
-            if boxes:
-                log.warning("shutdown: the Docker engine is unreachable; containers may remain")
-            return
-        try:
-            containers = client.containers.list(all=True, filters=owner_filter(self.options))
-        except Exception as exc:
-            raise engine_error(exc, "listing containers at shutdown") from None
-        with ThreadPoolExecutor(8, thread_name_prefix="sandkit-docker-shutdown") as pool:
-            list(pool.map(self._shut_one, containers))
-        # Agent volumes the engine could not delete with their container (it only
-        # logs that); prune spares volumes still used by a (stopped) container.
-        try:
-            client.volumes.prune(filters=owner_filter(self.options))
-        except docker.errors.APIError as exc:
-            log.warning("shutdown: pruning agent volumes: %s", exc)
-        if self.options.shutdown == "remove":
-            # The owner's internal network (carrier http), now without containers.
-            try:
-                client.networks.prune(filters=owner_filter(self.options))
-            except docker.errors.APIError as exc:
-                log.warning("shutdown: pruning networks: %s", exc)
-
-    def _shut_one(self, container: Any) -> None:
-        try:
-            if self.options.shutdown == "remove":
-                container.remove(force=True, v=True)
-            elif container.status == "running":
-                container.stop(timeout=self.options.stop_timeout_s)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # 409: removal already in progress
-                log.warning("shutdown: %s: %s", container.name, exc)
-
-    def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
-        return self._boxes.reap_idle(max_idle_s, lambda box: self._stop_box(box, remove=False))
-
-    # -- boxes ------------------------------------------------------------------------
-
-    def _drop(self, key: SandboxKey, remove: bool) -> None:
-        box = self._boxes.box(key)
-        with box.lock:
-            self._stop_box(box, remove)
-        self._boxes.forget(box)
-
-    def _close_box(self, box: _Box) -> None:
-        sandbox, box.sandbox, box.stream = box.sandbox, None, None
-        if sandbox is not None:
-            sandbox.close()
-        box.agent.replace(None)
+    def _adopt_running(self, box: _Box) -> bool:
+        attrs = self._inspect(box.key)
+        if attrs is None or not _running(attrs) or not self._adoptable(attrs, box.key):
+            return False
+        box.container_id = attrs["Id"]
+        return True
 
     def _stop_box(self, box: _Box, remove: bool) -> None:
-        """Close the sandbox, then stop or remove the container (by name: ours or adopted)."""
-        self._close_box(box)
-        box.dead = True
+        """Stop or remove the container (by name: ours or adopted)."""
         name = container_name(self.options, box.key)
         api = self.client.api
         try:
@@ -289,7 +136,47 @@ class DockerProvider(SandboxProvider):
             raise engine_error(exc, f"stopping sandbox {box.key.sandbox_id}") from None
         box.container_id = None
 
-    # -- container lifecycle ------------------------------------------------------------
+    def _list_boxes(self) -> Sequence[Any]:
+        try:
+            return list(self.client.containers.list(all=True, filters=owner_filter(self.options)))
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise engine_error(exc, "listing containers") from None
+
+    def _shut_box(self, container: Any) -> None:
+        try:
+            if self.options.shutdown == "remove":
+                container.remove(force=True, v=True)
+            elif container.status == "running":
+                container.stop(timeout=self.options.stop_timeout_s)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: removal already in progress
+                raise engine_error(exc, f"shutting down {container.name}") from None
+
+    def _after_shutdown(self, handles: Sequence[Any]) -> None:
+        # Agent volumes the engine could not delete with their container (it only
+        # logs that); prune spares volumes still used by a (stopped) container.
+        client = self.client
+        try:
+            client.volumes.prune(filters=owner_filter(self.options))
+        except docker.errors.APIError as exc:
+            log.warning("shutdown: pruning agent volumes: %s", exc)
+        if self.options.shutdown == "remove":
+            # The owner's internal network (carrier http), now without containers.
+            try:
+                client.networks.prune(filters=owner_filter(self.options))
+            except docker.errors.APIError as exc:
+                log.warning("shutdown: pruning networks: %s", exc)
+
+    def _count_running(self) -> int:
+        return len(
+            self.client.containers.list(filters={**owner_filter(self.options), "status": "running"})
+        )
+
+    # -- containers -----------------------------------------------------------------
 
     def _inspect(self, key: SandboxKey) -> dict[str, Any] | None:
         try:
@@ -307,7 +194,7 @@ class DockerProvider(SandboxProvider):
     ) -> bool:
         """Ours, for this key, and created with the settings we would use now."""
         if spec is None:
-            layout = ThreadLayout.for_key(self.settings, key)
+            layout = self._layout(key)
             spec = create_kwargs(self.options, layout, self._payload().digest)
         labels = attrs.get("Config", {}).get("Labels") or {}
         return bool(
@@ -319,8 +206,9 @@ class DockerProvider(SandboxProvider):
     def _ensure_running(self, box: _Box) -> None:
         """Make the key's container exist and run; adopt, restart or (re)create it."""
         key = box.key
-        layout = ThreadLayout.for_key(self.settings, key)
-        self._prepare_host_dirs(layout)
+        layout = self._layout(key)
+        options = self.options
+        prepare_host_dirs(layout, (options.uid, options.gid) if options.chown_thread_dirs else None)
         payload = self._payload()
         kwargs = create_kwargs(self.options, layout, payload.digest)
         mask = layout.host_mapping().mask
@@ -362,7 +250,6 @@ class DockerProvider(SandboxProvider):
         except Exception as exc:
             raise engine_error(exc, f"starting sandbox {key.sandbox_id}", mask) from None
         box.container_id = attrs["Id"]
-        box.dead = False
 
     def _create(self, kwargs: dict[str, Any], mask: Any) -> tuple[dict[str, Any], bool]:
         """Create the container; if another process won the race (409), adopt theirs."""
@@ -484,82 +371,9 @@ class DockerProvider(SandboxProvider):
                     "(deploy/images/build-base-image.sh) or set providers.docker.image",
                 ) from None
 
-    def _check_capacity(self) -> None:
-        cap = self.options.max_running
-        if not cap:
-            return
-        running = self.client.containers.list(
-            filters={**owner_filter(self.options), "status": "running"}
-        )
-        if len(running) >= cap:
-            raise SandboxError(
-                ErrorCode.CAPACITY,
-                f"{len(running)} sandboxes are running, the limit (max_running) is {cap}",
-            )
+    # -- carrier http -----------------------------------------------------------------
 
-    def _prepare_host_dirs(self, layout: ThreadLayout) -> None:
-        """Create the thread dirs and make them writable by the container's uid."""
-        layout.create_dirs()
-        for mount in layout.mounts:
-            if not os.path.isdir(mount.real):
-                raise SandboxError(
-                    ErrorCode.UNAVAILABLE,
-                    f"the host directory behind {mount.virtual} does not exist",
-                )
-        if not self.options.chown_thread_dirs:
-            return
-        uid, gid = self.options.uid, self.options.gid
-        if not layout.hand_over(uid, gid):
-            log.warning(
-                "cannot chown the thread dirs of %s to %d:%d; the container may not be able to "
-                "write them (run as root or as that uid, or set user)",
-                layout.key,
-                uid,
-                gid,
-            )
-
-    # -- agent channel ------------------------------------------------------------------
-
-    def _agent_config(self, key: SandboxKey) -> dict[str, Any]:
-        return make_agent_config(
-            box_mapping(ThreadLayout.for_key(self.settings, key)),
-            self.settings.limits.to_limits(),
-            execute_enabled=self.options.execute_enabled,
-            secrets=self.settings.secret_values(),
-            scrubbed_env=tuple(self.settings.scrubbed_env),
-            rg_path=RG_PATH if self._payload().has_rg else None,
-        )
-
-    def _new_sandbox(self, box: _Box) -> DockerSandbox:
-        limits = self.settings.limits.to_limits()
-        transport: Transport
-        if self.options.carrier == "http":
-            transport = SlotTransport(box.agent, box.key.sandbox_id)
-        else:
-            transport = StdioTransport(
-                lambda: self._open_stream(box),
-                self._agent_config(box.key),
-                name=f"sandkit-docker-{box.key.sandbox_id}",
-            )
-        return DockerSandbox(box.key, transport, limits=limits)
-
-    def _answers(self, sandbox: DockerSandbox) -> bool:
-        """carrier http: nothing tells us the agent or its container died, so ask it."""
-        if self.options.carrier != "http":
-            return True  # the exec stream's EOF already says so
-        try:
-            sandbox.ping(timeout=HTTP_PROBE_TIMEOUT_S)
-        except SandboxError:
-            return False
-        return True
-
-    def _ensure_http_agent(self, box: _Box) -> None:
-        """An HTTP agent in the running container that answers to a token we hold.
-
-        Reuse the current one, adopt one whose token we can derive
-        (`token_secret`), or start a new one with a fresh token; starting
-        stops any earlier agent of the box (its token died with its provider).
-        """
+    def _agent_url(self, box: _Box) -> str:
         attrs = self._inspect(box.key)  # fresh: a (re)started container has a new IP
         if attrs is None or not _running(attrs):
             box.dead = True
@@ -567,41 +381,27 @@ class DockerProvider(SandboxProvider):
                 ErrorCode.UNAVAILABLE,
                 f"the container of sandbox {box.key.sandbox_id} is not running; acquire it again",
             )
-        container_id = attrs["Id"]
-        url = f"http://{_container_ip(attrs, self.options.container_network)}:" + str(
-            self.options.http_port
-        )
-        slot = box.agent
-        frame = max_frame_bytes(self.settings.limits.to_limits())
-        secret = self.options.token_secret
-        candidates = []
-        if slot.transport is not None and slot.transport.base_url == url:
-            candidates.append(slot.transport)
-        if secret is not None:
-            token = http_agent.make_token(container_id, secret.get_secret_value())
-            candidates.append(HttpTransport(url, token, max_frame_bytes=frame))
-        for candidate in candidates:
-            try:
-                candidate.call("ping", {}, HTTP_PROBE_TIMEOUT_S)
-            except SandboxError:
-                if candidate is not slot.transport:
-                    candidate.close()
-                continue
-            slot.replace(candidate)
-            return
-        token = http_agent.make_token(
-            container_id, secret.get_secret_value() if secret is not None else None
-        )
-        files = http_agent.agent_files(
-            self._agent_config(box.key), token, self.options.uid, self.options.gid
-        )
-        argv = http_agent.launch_argv(self.options.python, self.options.http_port, files)
+        box.container_id = attrs["Id"]
+        ip = _container_ip(attrs, self.options.container_network)
+        return f"http://{ip}:{self.options.http_port}"
+
+    def _box_uid(self, box: _Box) -> str:
+        return str(box.container_id)
+
+    def _launch_http_agent(
+        self, box: _Box, config: dict[str, Any], token: str
+    ) -> Callable[[], int | None]:
+        """Config and token as files (`put_archive`), then a detached exec of LAUNCH."""
+        options = self.options
+        files = http_agent.agent_files(config, token, options.uid, options.gid)
+        argv = http_agent.launch_argv(options.python, options.http_port, files)
         api = self.client.api
+        container_id = str(box.container_id)
         try:
             if not api.put_archive(container_id, AGENT_DIR, files.archive):
                 raise SandboxError(ErrorCode.UNAVAILABLE, "could not copy the agent config in")
             exec_id = api.exec_create(
-                container_id, argv, user=self.options.user, workdir="/", stdout=False, stderr=False
+                container_id, argv, user=options.user, workdir="/", stdout=False, stderr=False
             )["Id"]
             api.exec_start(exec_id, detach=True)
         except SandboxError:
@@ -614,13 +414,7 @@ class DockerProvider(SandboxProvider):
             ) from None
         except Exception as exc:
             raise engine_error(exc, "starting the HTTP agent") from None
-        transport = HttpTransport(url, token, max_frame_bytes=frame)
-        try:
-            http_agent.wait_ready(transport, lambda: self._exec_exit_code(exec_id))
-        except BaseException:
-            transport.close()
-            raise
-        slot.replace(transport)
+        return lambda: self._exec_exit_code(exec_id)
 
     def _exec_exit_code(self, exec_id: str) -> int | None:
         try:
@@ -631,10 +425,11 @@ class DockerProvider(SandboxProvider):
             return None
         return int(info["ExitCode"])
 
+    # -- carrier stdio ----------------------------------------------------------------
+
     def _open_stream(self, box: _Box) -> ByteStream:
-        """A fresh `agent.pyz --stdio` in the key's container (the transport's opener)."""
         container_id = box.container_id
-        if container_id is None or box.dead:
+        if container_id is None:
             raise SandboxError(
                 ErrorCode.UNAVAILABLE,
                 f"sandbox {box.key.sandbox_id} is not running; acquire it again",
@@ -671,7 +466,6 @@ class DockerProvider(SandboxProvider):
         except Exception as exc:
             box.dead = True
             raise engine_error(exc, "starting the agent") from None
-        box.stream = stream
         box.agent_tag, box.agent_container = tag, container_id
         return stream
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from docker.types import Mount as DockerMount
 
-from sandkit.boxes import AGENT_DIR
+from sandkit.boxkit import AGENT_DIR
 from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
 from sandkit.runtime.pathmap import WORKSPACE

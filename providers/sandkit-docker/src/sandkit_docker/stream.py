@@ -17,7 +17,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from sandkit.streams import ByteStream
+from sandkit.boxkit import ByteStream
 
 _HEADER = struct.Struct(">BxxxL")
 _STDOUT, _STDERR = 1, 2

@@ -13,7 +13,7 @@ import functools
 import gzip
 
 from sandkit import boxes
-from sandkit.boxes import AGENT_DIR as AGENT_ROOT
+from sandkit.boxkit import AGENT_DIR as AGENT_ROOT
 
 __all__ = ["AGENT_ROOT", "Payload", "build_payload"]
 

@@ -26,8 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 from typing import Any
 
-from sandkit.boxes import IdleReaper, TrackedSandbox, box_mapping
-from sandkit.boxtable import BoxTable
+from sandkit.boxkit import IdleReaper, TrackedSandbox, box_mapping
+from sandkit.boxkit import BoxTable
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.paths import UPLOADS, ThreadLayout

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sandkit.streams import ByteStream
+from sandkit.boxkit import ByteStream
 
 from .errors import is_gone
 

@@ -23,15 +23,15 @@ import time
 from typing import Any
 
 from sandkit.agent import protocol as p
-from sandkit.boxes import AGENT_DIR, RG_PATH, IdleReaper, Payload, TrackedSandbox, box_mapping
-from sandkit.boxes import build_payload as _build_payload
-from sandkit.boxtable import BoxTable
+from sandkit.boxkit import AGENT_DIR, RG_PATH, IdleReaper, Payload, TrackedSandbox, box_mapping
+from sandkit.boxkit import build_payload as _build_payload
+from sandkit.boxkit import BoxTable
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey, SandboxProvider
 from sandkit.remote import agent_config as make_agent_config
-from sandkit.streams import ByteStream
+from sandkit.boxkit import ByteStream
 from sandkit.transports.base import SwitchingTransport, Transport
 from sandkit.transports.http import HttpTransport
 from sandkit.transports.stdio import StdioTransport

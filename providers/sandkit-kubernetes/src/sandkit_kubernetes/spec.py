@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from sandkit.boxes import AGENT_DIR
+from sandkit.boxkit import AGENT_DIR
 from sandkit.paths import OUTPUTS, UPLOADS, WORKSPACE, ThreadLayout
 from sandkit.provider import SandboxKey
 

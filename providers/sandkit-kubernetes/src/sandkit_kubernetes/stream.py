@@ -27,7 +27,7 @@ from typing import Any
 
 from websocket import ABNF, WebSocketException
 
-from sandkit.streams import ByteStream
+from sandkit.boxkit import ByteStream
 
 STDIN, STDOUT, STDERR, STATUS, CLOSE = 0, 1, 2, 3, 255
 V5 = "v5.channel.k8s.io"

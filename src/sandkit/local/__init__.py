@@ -11,17 +11,17 @@ import threading
 import time
 from typing import Any
 
-from .config import Settings
-from .errors import ErrorCode, SandboxError
+from ..config import Settings
+from ..errors import ErrorCode, SandboxError
 from .hostlimits import ProcessBounds
 from .hostlimits import create as create_bounds
-from .paths import ThreadLayout
-from .provider import SandboxKey, SandboxProvider
-from .runtime.context import Context
-from .runtime.limits import Limits
-from .runtime.search import find_rg
-from .runtime.service import Runtime
-from .sandbox import Sandbox
+from ..paths import ThreadLayout
+from ..provider import SandboxKey, SandboxProvider
+from ..runtime.context import Context
+from ..runtime.limits import Limits
+from ..runtime.search import find_rg
+from ..runtime.service import Runtime
+from ..sandbox import Sandbox
 
 
 class LocalSandbox(Sandbox):

@@ -1,17 +1,22 @@
-"""Carrier http: an `agent.pyz --http` in the container, reached at the container's IP.
+"""Carrier http: an `agent.pyz --http` in the box, reached over the network with a token.
 
-The bearer token and the agent config (which holds the secrets to redact)
-reach the box as files, never through argv, the environment or labels:
-`put_archive` writes them into `/opt/sandkit/run/` — a root-owned directory
-with mode 1733, so the sandbox user can open and delete a file whose (random)
-name it knows but can neither list the directory nor chmod it — as 0400
-files owned by the sandbox uid. The agent deletes them after reading.
+`AgentSlot` holds a box's current agent and `SlotTransport` is a sandbox's
+view of it, so the provider can replace the agent (new token, new address)
+behind a sandbox a caller already holds. Tokens are random per agent start,
+or derived from the operator's `token_secret` and the box's identity so
+provider replicas sharing the secret reuse a running agent.
 
-A detached exec runs `LAUNCH`, which stops any earlier HTTP agent of the box
-(its token is lost with the provider that started it) and then becomes the
-new agent (`execv`), so the agent outlives the exec and, unlike a main
-process, a crashed agent does not take the container and its background
-processes with it.
+For a provider that can copy a tar archive into the box (Docker's
+`put_archive`): the bearer token and the agent config (which holds the
+secrets to redact) reach the box as files, never through argv, the
+environment or labels — `agent_files` puts them into `/opt/sandkit/run/`, a
+root-owned directory with mode 1733, so the sandbox user can open and delete
+a file whose (random) name it knows but can neither list the directory nor
+chmod it, as 0400 files owned by the sandbox uid. The agent deletes them
+after reading. `LAUNCH` (run by a detached exec) stops any earlier HTTP
+agent of the box (its token is lost with the provider that started it) and
+then becomes the new agent (`execv`), so the agent outlives the exec and,
+unlike a main process, a crashed agent does not take the box with it.
 """
 
 from __future__ import annotations
@@ -27,10 +32,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sandkit.boxes import AGENT_DIR, AGENT_PATH
-from sandkit.errors import ErrorCode, SandboxError
-from sandkit.transports.base import SwitchingTransport, Transport
-from sandkit.transports.http import HttpTransport
+from ..errors import ErrorCode, SandboxError
+from ..transports.base import SwitchingTransport, Transport
+from ..transports.http import HttpTransport
+from .payload import AGENT_DIR, AGENT_PATH
 
 RUN_DIR = f"{AGENT_DIR}/run"
 READY_TIMEOUT_S = 30.0
@@ -126,11 +131,11 @@ class SlotTransport(SwitchingTransport):
             self._slot.down = True
 
 
-def make_token(container_id: str, secret: str | None) -> str:
-    """Random per agent start, or derived from `secret` and the container (shared)."""
+def make_token(box_uid: str, secret: str | None) -> str:
+    """Random per agent start, or derived from `secret` and the box's identity (shared)."""
     if secret is None:
         return secrets.token_urlsafe(32)
-    message = f"sandkit-agent-token\0{container_id}".encode()
+    message = f"sandkit-agent-token\0{box_uid}".encode()
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 

@@ -10,13 +10,16 @@ must start over with the new one, which `locked` does.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
-from .boxes import TrackedSandbox
-from .provider import SandboxKey
+from .sandbox import BoxSandbox
+
+log = logging.getLogger("sandkit.boxkit")
+from ..provider import SandboxKey
 
 
 class Box(Protocol):
@@ -29,7 +32,7 @@ class Box(Protocol):
     def lock(self) -> threading.Lock: ...
 
     @property
-    def sandbox(self) -> TrackedSandbox | None: ...
+    def sandbox(self) -> BoxSandbox | None: ...
 
 
 B = TypeVar("B", bound=Box)
@@ -89,7 +92,11 @@ class BoxTable(Generic[B]):
             with box.lock:
                 if not _idle(box, cutoff):
                     continue
-                stop(box)
+                try:
+                    stop(box)
+                except Exception as exc:  # go on with the others; shutdown sweeps the rest
+                    log.warning("releasing idle sandbox %s failed: %s", box.key.sandbox_id, exc)
+                    continue
             self.forget(box)
             reaped.append(box.key)
         return reaped

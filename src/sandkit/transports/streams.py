@@ -25,6 +25,11 @@ class ByteStream(abc.ABC):
     def close(self) -> None:
         """Release the stream; the agent process exits when its stdin closes."""
 
+    @property
+    def at_eof(self) -> bool:
+        """True once the agent's output has ended (the provider then looks at the box)."""
+        return False
+
     def exit_detail(self) -> str:
         """Why the agent went away (exit status, stderr tail), for error messages."""
         return ""

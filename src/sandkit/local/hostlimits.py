@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .runtime.context import BOUNDS_FAILED
+from ..runtime.context import BOUNDS_FAILED
 
 resource: Any
 try:

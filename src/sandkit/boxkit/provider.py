@@ -1,0 +1,388 @@
+"""`BoxProvider`: the lifecycle of a box provider, written once.
+
+A *box* is what a platform runs for one key: a container, a pod, a microVM,
+a bubblewrap sandbox. Everything that is the same on every platform lives
+here: idempotent acquire under concurrency (one lock per key, a fresh look
+at the platform when the box may have died), `get`, `release`, `destroy`,
+`shutdown` (finishing past a failure on one box), idle reaping, capacity,
+the agent's configuration and both carriers (stdio over the platform's exec
+channel, HTTP with a bearer token). Re-adoption after a restart follows from
+the hooks: a box is found on the platform by its deterministic name and
+labels, never from memory.
+
+A provider implements what is truly its own:
+
+    _ensure_running(box)        make the key's box exist and run: adopt, start or create it
+    _adopt_running(box)         attach the key's box if it already runs; False if not (`get`)
+    _stop_box(box, remove)      stop (release) or remove (destroy) the key's box
+    _open_stream(box)           a fresh `agent.pyz --stdio` in the box (carrier stdio)
+    _list_boxes()               every box of this owner on the platform (shutdown)
+    _shut_box(handle)           stop or remove one of those at shutdown
+    _count_running()            this owner's running boxes (max_running)
+
+and for carrier http `_agent_url`, `_launch_http_agent` and `_box_uid`.
+`docs/providers/writing.md` walks through a provider built on it.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Generic, TypeVar
+
+from ..agent.protocol import agent_config, max_frame_bytes
+from ..config import Settings
+from ..errors import ErrorCode, SandboxError
+from ..paths import ThreadLayout
+from ..provider import SandboxKey, SandboxProvider
+from ..transports.base import Transport
+from ..transports.http import HttpTransport
+from ..transports.stdio import StdioTransport
+from ..transports.streams import ByteStream
+from .http_agent import AgentSlot, SlotTransport, make_token, wait_ready
+from .layout import box_mapping
+from .options import BoxOptions
+from .payload import RG_PATH, Payload, build_payload
+from .reaper import IdleReaper
+from .sandbox import BoxSandbox
+from .sweep import failed, sweep, with_retries
+from .table import BoxTable
+
+log = logging.getLogger("sandkit.boxkit")
+
+# carrier http: how long a ping may take before the agent counts as gone.
+HTTP_PROBE_TIMEOUT_S = 3.0
+
+
+@dataclasses.dataclass(eq=False)
+class BoxRecord:
+    """What a provider knows about one key's box; subclass it for the platform's handles."""
+
+    key: SandboxKey
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    sandbox: BoxSandbox | None = None
+    # carrier stdio: the current agent channel; carrier http: the current agent.
+    stream: ByteStream | None = None
+    http: AgentSlot = dataclasses.field(default_factory=AgentSlot)
+    # The platform said the box is gone or stopped: acquire looks again.
+    dead: bool = False
+    # A call could not reach the agent: acquire checks the box before trusting it.
+    suspect: bool = False
+
+
+B = TypeVar("B", bound=BoxRecord)
+O = TypeVar("O", bound=BoxOptions)  # noqa: E741 - the options type
+
+
+class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
+    """The lifecycle of boxes of type `B` configured by options `O` (see the module doc)."""
+
+    # How long a new agent channel may take to answer (a pod's exec is slower).
+    handshake_timeout_s: ClassVar[float] = 30.0
+
+    def __init__(
+        self, settings: Settings | None, options_class: type[O], record_class: type[B]
+    ) -> None:
+        """A subclass passes its options model and its record type."""
+        self.settings = settings or Settings()
+        self.options: O = options_class.from_settings(self.settings)
+        self._boxes: BoxTable[B] = BoxTable(record_class)
+        self._reaper = IdleReaper(f"sandkit-{self.name}-reaper", self._background_round)
+
+    # -- what a provider implements --------------------------------------------------------
+
+    @abc.abstractmethod
+    def _ensure_running(self, box: B) -> None:
+        """Make the key's box exist and run (adopt, restart or create it); set the record's
+        platform handles. Raise UNAVAILABLE/CAPACITY with a message that says what to fix."""
+
+    @abc.abstractmethod
+    def _adopt_running(self, box: B) -> bool:
+        """If the key's box runs (made with the current settings), attach it to the record."""
+
+    @abc.abstractmethod
+    def _stop_box(self, box: B, remove: bool) -> None:
+        """Stop (release: data kept, the next acquire resumes) or remove (destroy) the box.
+        Its channels are closed already; a box that is gone is not an error."""
+
+    @abc.abstractmethod
+    def _open_stream(self, box: B) -> ByteStream:
+        """Start a fresh `agent.pyz --stdio` in the running box; its stdin/stdout."""
+
+    @abc.abstractmethod
+    def _list_boxes(self) -> Sequence[Any]:
+        """Every box of this owner on the platform, whoever started it (for shutdown)."""
+
+    @abc.abstractmethod
+    def _shut_box(self, handle: Any) -> None:
+        """Stop or remove one box of `_list_boxes` at shutdown (per the options)."""
+
+    @abc.abstractmethod
+    def _count_running(self) -> int:
+        """How many boxes of this owner run now (for `max_running`)."""
+
+    # carrier http ---------------------------------------------------------------------
+
+    def _agent_url(self, box: B) -> str:
+        """Where the box's HTTP agent listens (looked up afresh: a restart moves it)."""
+        raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"{self.name} has no carrier http")
+
+    def _box_uid(self, box: B) -> str:
+        """The box's identity on the platform (tokens derived from `token_secret`)."""
+        raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"{self.name} has no carrier http")
+
+    def _launch_http_agent(
+        self, box: B, config: dict[str, Any], token: str
+    ) -> Callable[[], int | None] | None:
+        """Start `agent.pyz --http` in the box with `config` and `token`, stopping any
+        earlier HTTP agent of the box. May return how to ask whether the launch ended
+        (its exit code, else None) while the kit waits for the agent to answer."""
+        raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"{self.name} has no carrier http")
+
+    # what a provider may refine ---------------------------------------------------------
+
+    def _looks_alive(self, box: B) -> bool:
+        """Cheap check without asking the platform: the agent's channel is live."""
+        if box.dead or box.suspect:
+            return False
+        if self.options.carrier == "http":
+            return box.http.transport is not None and not box.http.down
+        return box.stream is not None and not box.stream.at_eof
+
+    def _payload(self) -> Payload:
+        return build_payload(True)
+
+    def _box_rg_path(self) -> str | None:
+        """Where ripgrep is in the box (None: the agent's Python engine only)."""
+        return RG_PATH if self._payload().has_rg else None
+
+    def _hidden_paths(self) -> tuple[str, ...]:
+        """Host paths besides the data root that anything the box prints must not show."""
+        return ()
+
+    def _close_box(self, box: B) -> None:
+        """Close the record's sandbox and channels (the box itself is left as it is)."""
+        sandbox, box.sandbox, box.stream = box.sandbox, None, None
+        if sandbox is not None:
+            sandbox.close()
+        box.http.replace(None)
+
+    def _after_shutdown(self, handles: Sequence[Any]) -> None:  # noqa: B027 - optional hook
+        """Clean-up once every box is shut (networks, volumes, waiting for deletions)."""
+
+    def _background_round(self, idle_timeout_s: float) -> list[SandboxKey]:
+        """One round of the background thread; a provider may add its upkeep."""
+        return self.reap_idle(idle_timeout_s)
+
+    # -- SandboxProvider -------------------------------------------------------------------
+
+    def acquire(self, key: SandboxKey) -> BoxSandbox:
+        self._reaper.start(self.options.reap_interval_s, self.settings.idle_timeout_s)
+        with self._boxes.locked(key) as box:
+            sandbox = box.sandbox
+            if (
+                sandbox is not None
+                and not sandbox.closed
+                and self._looks_alive(box)
+                and self._answers(sandbox)
+            ):
+                sandbox.last_used = time.monotonic()
+                return sandbox
+            try:
+                self._ensure_running(box)
+                box.dead = False
+                if self.options.carrier == "http":
+                    self._ensure_http_agent(box)
+                if sandbox is None or sandbox.closed:
+                    sandbox = box.sandbox = self._new_sandbox(box)
+                box.suspect = False
+                # Open the channel now: acquire returns a box that answers, and a broken
+                # image (no python3) fails here with the agent's reason.
+                sandbox.ping(timeout=self.handshake_timeout_s)
+            except BaseException:
+                if box.sandbox is None:
+                    self._boxes.forget(box)
+                raise
+            sandbox.last_used = time.monotonic()
+            return sandbox
+
+    def get(self, key: SandboxKey) -> BoxSandbox | None:
+        with self._boxes.locked(key) as box:
+            sandbox = box.sandbox
+            if sandbox is not None and not sandbox.closed and self._looks_alive(box):
+                return sandbox
+            try:
+                if not self._adopt_running(box):
+                    if box.sandbox is None:
+                        self._boxes.forget(box)
+                    return None
+                box.dead = False
+                if self.options.carrier == "http":
+                    # Not a box start: an agent adopted from an earlier provider instance
+                    # answers to a token we may not know.
+                    self._ensure_http_agent(box)
+            except BaseException:
+                if box.sandbox is None:
+                    self._boxes.forget(box)
+                raise
+            if sandbox is None or sandbox.closed:
+                sandbox = box.sandbox = self._new_sandbox(box)
+            return sandbox
+
+    def release(self, key: SandboxKey) -> None:
+        self._drop(key, remove=False)
+
+    def destroy(self, key: SandboxKey) -> None:
+        self._drop(key, remove=True)
+
+    def shutdown(self) -> None:
+        """Close every channel, then stop or remove every box of this owner on the
+        platform (also those of a crashed earlier instance), each retried; raises
+        UNAVAILABLE at the end naming what could not be done."""
+        self._reaper.stop()
+        held = self._boxes.take_all()
+        for box in held:
+            with box.lock:
+                self._close_box(box)
+        try:
+            handles = self._list_boxes()
+        except SandboxError as exc:
+            # Runs from __exit__ and atexit hooks: loud only when boxes may be left running.
+            log.warning("%s shutdown: %s; boxes of owner %s may remain", self.name, exc, self.owner)
+            if held:
+                raise failed(f"{self.name} shutdown", [str(exc)]) from None
+            return
+        failures = sweep(handles, self._shut_box, self._describe)
+        self._after_shutdown(handles)
+        if failures:
+            raise failed(f"{self.name} shutdown", failures)
+
+    def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
+        return self._boxes.reap_idle(max_idle_s, lambda box: self._stop_locked(box, False))
+
+    @property
+    def owner(self) -> str:
+        return self.options.owner
+
+    # -- the kit's own steps ---------------------------------------------------------------
+
+    def _describe(self, handle: Any) -> str:
+        return f"{self.name} box {getattr(handle, 'name', handle)}"
+
+    def _drop(self, key: SandboxKey, remove: bool) -> None:
+        with self._boxes.locked(key) as box:
+            self._stop_locked(box, remove)
+        self._boxes.forget(box)
+
+    def _stop_locked(self, box: B, remove: bool) -> None:
+        self._close_box(box)
+        box.dead = True
+        what = f"{'removing' if remove else 'stopping'} sandbox {box.key.sandbox_id}"
+        with_retries(lambda: self._stop_box(box, remove), what)
+
+    def _check_capacity(self) -> None:
+        """CAPACITY when starting one more box would pass `max_running`."""
+        cap = self.options.max_running
+        if not cap:
+            return
+        running = self._count_running()
+        if running >= cap:
+            raise SandboxError(
+                ErrorCode.CAPACITY,
+                f"{running} sandboxes are running, the limit (max_running) is {cap}",
+            )
+
+    def _layout(self, key: SandboxKey) -> ThreadLayout:
+        return ThreadLayout.for_key(self.settings, key)
+
+    def _agent_config(self, key: SandboxKey) -> dict[str, Any]:
+        """The agent's `initialize` config: the jail as the box sees it, limits, secrets."""
+        return agent_config(
+            box_mapping(self._layout(key), self._hidden_paths()),
+            self.limits,
+            execute_enabled=self.options.execute_enabled,
+            secrets=self.settings.secret_values(),
+            scrubbed_env=tuple(self.settings.scrubbed_env),
+            rg_path=self._box_rg_path(),
+        )
+
+    def _new_sandbox(self, box: B) -> BoxSandbox:
+        transport: Transport
+        if self.options.carrier == "http":
+            transport = SlotTransport(box.http, box.key.sandbox_id)
+        else:
+            transport = StdioTransport(
+                lambda: self._open_channel(box),
+                self._agent_config(box.key),
+                open_timeout=self.handshake_timeout_s,
+                name=f"sandkit-{self.name}-{box.key.sandbox_id}",
+            )
+        return BoxSandbox(
+            box.key, transport, limits=self.limits, on_unavailable=lambda: _suspect(box)
+        )
+
+    def _open_channel(self, box: B) -> ByteStream:
+        """The stdio transport's opener: a new agent in the box, unless it is known gone."""
+        if box.dead:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE,
+                f"sandbox {box.key.sandbox_id} is not running; acquire it again",
+            )
+        stream = self._open_stream(box)
+        box.stream = stream
+        return stream
+
+    def _answers(self, sandbox: BoxSandbox) -> bool:
+        """carrier http: nothing tells us the agent or its box died, so ask it."""
+        if self.options.carrier != "http":
+            return True  # the channel's end of stream already says so
+        try:
+            sandbox.ping(timeout=HTTP_PROBE_TIMEOUT_S)
+        except SandboxError:
+            return False
+        return True
+
+    def _ensure_http_agent(self, box: B) -> None:
+        """An HTTP agent in the running box that answers to a token we hold: the current
+        one, one whose token we can derive (`token_secret`), or a new one."""
+        url = self._agent_url(box)
+        slot = box.http
+        frame = max_frame_bytes(self.limits)
+        secret = self.options.token_secret
+        secret_value = secret.get_secret_value() if secret is not None else None
+        candidates = []
+        if slot.transport is not None and slot.transport.base_url == url:
+            candidates.append(slot.transport)
+        if secret_value is not None:
+            token = make_token(self._box_uid(box), secret_value)
+            candidates.append(HttpTransport(url, token, max_frame_bytes=frame))
+        for candidate in candidates:
+            try:
+                candidate.call("ping", {}, HTTP_PROBE_TIMEOUT_S)
+            except SandboxError:
+                if candidate is not slot.transport:
+                    candidate.close()
+                continue
+            slot.replace(candidate)
+            return
+        token = make_token(self._box_uid(box), secret_value)
+        exit_code = self._launch_http_agent(box, self._agent_config(box.key), token)
+        transport = HttpTransport(url, token, max_frame_bytes=frame)
+        try:
+            wait_ready(transport, exit_code or _still_running)
+        except BaseException:
+            transport.close()
+            raise
+        slot.replace(transport)
+
+
+def _suspect(box: BoxRecord) -> None:
+    box.suspect = True
+
+
+def _still_running() -> int | None:
+    return None
