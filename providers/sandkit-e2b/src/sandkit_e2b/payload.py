@@ -1,4 +1,4 @@
-"""What goes into every sandbox: the shared agent payload (`sandkit.boxes`), gzipped.
+"""What goes into every sandbox: the shared agent payload (`sandkit.boxkit`), gzipped.
 
 Gzip, so a cold create uploads ~2.5 MiB rather than ~6 MiB. The archive is
 installed under a directory named by its digest, so a sandbox created by
@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import gzip
 
-from sandkit import boxes
+from sandkit import boxkit
 from sandkit.boxkit import AGENT_DIR as AGENT_ROOT
 
 __all__ = ["AGENT_ROOT", "Payload", "build_payload"]
@@ -43,7 +43,7 @@ class Payload:
 
 @functools.cache
 def build_payload(with_rg: bool = True) -> Payload:
-    shared = boxes.build_payload(with_rg)
+    shared = boxkit.build_payload(with_rg)
     # mtime=0: the same content gives the same bytes.
     archive = gzip.compress(shared.archive, compresslevel=6, mtime=0)
     return Payload(archive, shared.digest, shared.has_rg)

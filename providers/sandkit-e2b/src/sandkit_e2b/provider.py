@@ -5,7 +5,8 @@ timeouts) and a carrier (a background command's stdin/stdout, or the
 sandbox's public host URL); every operation is answered by the same agent
 and runtime as on the other providers. The SDK's `Sandbox` class is
 injected (`sandbox_class=`, default `e2b.Sandbox` via `sdk_class`), and
-only its public surface is used.
+only its public surface is used. The lifecycle itself (locks, reaping,
+capacity, carriers, shutdown) is `sandkit.boxkit`'s.
 """
 
 from __future__ import annotations
@@ -16,27 +17,20 @@ import hashlib
 import json
 import logging
 import os
-import secrets
 import shlex
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from sandkit.boxkit import IdleReaper, TrackedSandbox, box_mapping
-from sandkit.boxkit import BoxTable
+from sandkit.boxkit import BoxProvider, BoxRecord, BoxSandbox
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.paths import UPLOADS, ThreadLayout
-from sandkit.provider import SandboxKey, SandboxProvider
-from sandkit.remote import agent_config as make_agent_config
+from sandkit.provider import SandboxKey
 from sandkit.runtime.pathmap import RESERVED_PREFIXES
-from sandkit.transports.base import Transport
-from sandkit.transports.http import HttpTransport
-from sandkit.transports.stdio import StdioTransport
 
 from .errors import is_gone, service_error
 from .options import E2BOptions
@@ -57,69 +51,29 @@ SETUP_TIMEOUT_S = 300
 HTTP_START_TIMEOUT_S = 30.0
 
 
-class E2BSandbox(TrackedSandbox):
-    """A `TrackedSandbox` that reports an unreachable agent (so acquire checks it answers)."""
-
-    def __init__(
-        self,
-        key: SandboxKey,
-        transport: Transport,
-        *,
-        on_unavailable: Callable[[], None] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(key, transport, **kwargs)
-        self._on_unavailable = on_unavailable
-
-    @contextlib.contextmanager
-    def _running(self) -> Iterator[None]:
-        with super()._running():
-            try:
-                yield
-            except SandboxError as exc:
-                if exc.code is ErrorCode.UNAVAILABLE and self._on_unavailable is not None:
-                    self._on_unavailable()
-                raise
+E2BSandbox = BoxSandbox
 
 
 @dataclasses.dataclass(eq=False)
-class _Box:
-    """What this provider knows about one key's E2B sandbox."""
+class _Box(BoxRecord):
+    """The kit's record plus the key's E2B sandbox."""
 
-    key: SandboxKey
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     sdk: Any = None  # the connected SDK Sandbox instance
-    sandbox: E2BSandbox | None = None
-    stream: CommandStream | None = None  # carrier stdio: the current agent channel
     http_agent: CommandOutput | None = None  # carrier http: the agent process
-    # Set when E2B said the sandbox is gone or not running: acquire re-checks.
-    dead: bool = False
-    # Set when a call found the agent unreachable: acquire checks it answers.
-    suspect: bool = False
     extended_at: float = 0.0
 
     @property
     def e2b_id(self) -> str | None:
         return None if self.sdk is None else str(self.sdk.sandbox_id)
 
-    def looks_alive(self) -> bool:
-        """Cheap check without an API call: the agent answers over a live channel."""
-        if self.dead or self.suspect or self.sdk is None:
-            return False
-        if self.http_agent is not None:
-            return not self.http_agent.finished.is_set()
-        return self.stream is not None and not self.stream.at_eof
 
-
-class E2BProvider(SandboxProvider):
+class E2BProvider(BoxProvider[_Box, E2BOptions]):
     name = "e2b"
+    handshake_timeout_s = 60.0
 
     def __init__(self, settings: Settings | None = None, *, sandbox_class: Any = None) -> None:
-        self.settings = settings or Settings()
-        self.options = E2BOptions.from_settings(self.settings)
+        super().__init__(settings, E2BOptions, _Box)
         self._sandbox_class = sandbox_class
-        self._boxes: BoxTable[_Box] = BoxTable(_Box)
-        self._maintainer = IdleReaper("sandkit-e2b-maintainer", self._maintain)
 
     # -- the SDK ----------------------------------------------------------------------
 
@@ -143,7 +97,7 @@ class E2BProvider(SandboxProvider):
             api["domain"] = self.options.domain
         return api
 
-    def _payload(self) -> Payload:
+    def _archive(self) -> Payload:
         return build_payload(self.options.upload_rg)
 
     def _metadata(self, key: SandboxKey) -> dict[str, str]:
@@ -158,7 +112,7 @@ class E2BProvider(SandboxProvider):
 
     def _spec(self, key: SandboxKey) -> str:
         """Hash of what shapes a sandbox; one created under other settings is replaced."""
-        layout = ThreadLayout.for_key(self.settings, key)
+        layout = self._layout(key)
         spec = {
             "template": self.options.template,
             "user": self.options.user,
@@ -214,64 +168,32 @@ class E2BProvider(SandboxProvider):
             if not is_gone(exc):
                 raise service_error(exc, f"pausing E2B sandbox {sandbox_id}") from None
 
-    # -- SandboxProvider ------------------------------------------------------------
+    # -- the kit's hooks --------------------------------------------------------------
 
-    def acquire(self, key: SandboxKey) -> E2BSandbox:
-        self._maintainer.start(self.options.maintenance_interval_s, self.settings.idle_timeout_s)
-        with self._boxes.locked(key) as box:
-            sandbox = box.sandbox
-            if sandbox is not None and not sandbox.closed and box.looks_alive():
-                sandbox.last_used = time.monotonic()
-                return sandbox
-            try:
-                self._ensure_running(box)
-                if sandbox is None or sandbox.closed:
-                    sandbox = self._new_sandbox(box)
-                    box.sandbox = sandbox
-                elif self.options.carrier == "http" and not box.looks_alive():
-                    self._revive_http_agent(box, sandbox)
-                # (stdio: the transport starts a new agent on the next call.)
-                box.suspect = False
-                # Open the channel now: acquire returns a box that answers, and a
-                # template without python3 fails here with the agent's reason.
-                sandbox.ping(timeout=60.0)
-            except BaseException:
-                if box.sandbox is None:
-                    self._boxes.forget(box)
-                raise
-            sandbox.last_used = time.monotonic()
-            return sandbox
+    def _looks_alive(self, box: _Box) -> bool:
+        agent = box.http_agent
+        return (
+            box.sdk is not None
+            and super()._looks_alive(box)
+            and (agent is None or not agent.finished.is_set())
+        )
 
-    def get(self, key: SandboxKey) -> E2BSandbox | None:
-        box = self._boxes.box(key)
-        with box.lock:
-            sandbox = box.sandbox
-            if sandbox is not None and not sandbox.closed and box.looks_alive():
-                return sandbox
-            running = [i for i in self._find(key, ["running"]) if self._adoptable(i, key)]
-            if not running:
-                if sandbox is None:
-                    self._boxes.forget(box)
-                return None
-            if box.dead or box.sdk is None or box.e2b_id != running[0].sandbox_id:
-                box.sdk = self._connect(running[0].sandbox_id)
-                box.dead = False
-                box.extended_at = time.monotonic()
-                self._ensure_payload(box.sdk)
-            if sandbox is None or sandbox.closed:
-                sandbox = self._new_sandbox(box)
-                box.sandbox = sandbox
-            return sandbox
+    def _box_rg_path(self) -> str | None:
+        return self._archive().rg_path
 
-    def release(self, key: SandboxKey) -> None:
-        box = self._boxes.box(key)
-        with box.lock:
-            self._release_locked(box)
-        self._boxes.forget(box)
+    def _adopt_running(self, box: _Box) -> bool:
+        running = [i for i in self._find(box.key, ["running"]) if self._adoptable(i, box.key)]
+        if not running:
+            return False
+        if box.dead or box.sdk is None or box.e2b_id != running[0].sandbox_id:
+            box.sdk = self._connect(running[0].sandbox_id)
+            box.extended_at = time.monotonic()
+            self._ensure_payload(box.sdk)
+        return True
 
-    def _release_locked(self, box: _Box) -> None:
-        self._close_box(box, wait=True)
-        if self.options.release == "kill":
+    def _stop_box(self, box: _Box, remove: bool) -> None:
+        """destroy (or release with release: kill): sync back and kill; release: pause."""
+        if remove or self.options.release == "kill":
             self._retire(box.key, box)
         else:
             ids = [box.e2b_id] if box.e2b_id and not box.dead else []
@@ -280,48 +202,31 @@ class E2BProvider(SandboxProvider):
             for sandbox_id in ids:
                 self._pause(str(sandbox_id))
         box.sdk = None
-        box.dead = True
 
-    def destroy(self, key: SandboxKey) -> None:
-        box = self._boxes.box(key)
-        with box.lock:
-            self._close_box(box, wait=True)
-            self._retire(key, box)
-            box.sdk = None
-            box.dead = True
-        self._boxes.forget(box)
+    def _list_boxes(self) -> Sequence[Any]:
+        states = ["running"] if self.options.shutdown == "pause" else None
+        return self._list({META_OWNER: self.options.owner}, states)
 
-    def shutdown(self) -> None:
-        self._maintainer.stop()
-        boxes = self._boxes.take_all()
-        for box in boxes:
-            with box.lock:
-                self._close_box(box, wait=True)
-        try:
-            states = ["running"] if self.options.shutdown == "pause" else None
-            infos = self._list({META_OWNER: self.options.owner}, states)
-        except SandboxError as exc:
-            if boxes:
-                log.warning("shutdown: cannot list sandboxes (%s); some may remain", exc)
+    def _shut_box(self, info: Any) -> None:
+        if self.options.shutdown == "pause":
+            self._pause(info.sandbox_id)
             return
-        with ThreadPoolExecutor(8, thread_name_prefix="sandkit-e2b-shutdown") as pool:
-            list(pool.map(self._shut_one, infos))
+        if self.options.sync_back:
+            key = _key_of(info)
+            if key is not None:
+                self._sync_back(self._connect(info.sandbox_id), key)
+        self._kill(info.sandbox_id)
 
-    def _shut_one(self, info: Any) -> None:
-        try:
-            if self.options.shutdown == "pause":
-                self._pause(info.sandbox_id)
-                return
-            if self.options.sync_back:
-                key = _key_of(info)
-                if key is not None:
-                    self._sync_back(self._connect(info.sandbox_id), key)
-            self._kill(info.sandbox_id)
-        except SandboxError as exc:
-            log.warning("shutdown: sandbox %s: %s", info.sandbox_id, exc)
+    def _describe(self, info: Any) -> str:
+        return f"E2B sandbox {info.sandbox_id}"
 
-    def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
-        return self._boxes.reap_idle(max_idle_s, self._release_locked)
+    def _count_running(self) -> int:
+        return len(self._list({META_OWNER: self.options.owner}, ["running"]))
+
+    def _background_round(self, idle_timeout_s: float) -> list[SandboxKey]:
+        """Extend the timeouts of boxes in use, then release idle ones."""
+        self.keep_alive()
+        return self.reap_idle(idle_timeout_s)
 
     # -- uploads ----------------------------------------------------------------------
 
@@ -333,7 +238,7 @@ class E2BProvider(SandboxProvider):
         sandbox is seeded from) and into the running sandbox.
         """
         rel = _relative(relative_path)
-        layout = ThreadLayout.for_key(self.settings, key)
+        layout = self._layout(key)
         host = layout.user_data_dir / "uploads" / rel
         host.parent.mkdir(parents=True, exist_ok=True)
         host.write_bytes(data)
@@ -354,24 +259,15 @@ class E2BProvider(SandboxProvider):
 
     # -- boxes ------------------------------------------------------------------------
 
-    def _close_box(self, box: _Box, wait: bool) -> None:
-        """Close the sandbox handle and stop its agent (waiting for it before a pause)."""
-        sandbox, box.sandbox = box.sandbox, None
-        stream, box.stream = box.stream, None
-        agent, box.http_agent = box.http_agent, None
+    def _close_box(self, box: _Box) -> None:
+        """Stop the agent and wait for it (before a pause), then close the handles."""
+        stream, agent, box.http_agent = box.stream, box.http_agent, None
         timeout = self.options.request_timeout_s
-        if wait and stream is not None:
+        if isinstance(stream, CommandStream):
             stream.shutdown(timeout)
         if agent is not None and box.sdk is not None:
-            if wait:
-                agent.stop(box.sdk.commands, timeout)
-            else:
-                sdk = box.sdk
-                threading.Thread(
-                    target=agent.stop, args=(sdk.commands, timeout), daemon=True
-                ).start()
-        if sandbox is not None:
-            sandbox.close()
+            agent.stop(box.sdk.commands, timeout)
+        super()._close_box(box)
 
     def _adoptable(self, info: Any, key: SandboxKey) -> bool:
         metadata = info.metadata or {}
@@ -425,7 +321,7 @@ class E2BProvider(SandboxProvider):
 
     def _create(self, key: SandboxKey) -> Any:
         self._check_capacity()
-        layout = ThreadLayout.for_key(self.settings, key)
+        layout = self._layout(key)
         layout.create_dirs()
         for mount in layout.mounts:
             if not mount.virtual.startswith(RESERVED_PREFIXES[0]) and not os.path.isdir(mount.real):
@@ -464,17 +360,6 @@ class E2BProvider(SandboxProvider):
         """Two processes creating one key's sandbox at once: the oldest one wins."""
         usable = [i for i in self._find(key) if self._adoptable(i, key)]
         return str(usable[0].sandbox_id) if usable else ours
-
-    def _check_capacity(self) -> None:
-        cap = self.options.max_running
-        if not cap:
-            return
-        running = self._list({META_OWNER: self.options.owner}, ["running"])
-        if len(running) >= cap:
-            raise SandboxError(
-                ErrorCode.CAPACITY,
-                f"{len(running)} sandboxes are running, the limit (max_running) is {cap}",
-            )
 
     # -- inside the sandbox -------------------------------------------------------------
 
@@ -517,7 +402,7 @@ class E2BProvider(SandboxProvider):
 
     def _ensure_payload(self, sdk: Any) -> None:
         """Install this version's agent into an adopted sandbox that lacks it."""
-        payload = self._payload()
+        payload = self._archive()
         try:
             present = sdk.files.exists(payload.agent_path, user="root")
         except Exception as exc:
@@ -529,7 +414,7 @@ class E2BProvider(SandboxProvider):
 
     def _set_up(self, sdk: Any, layout: ThreadLayout) -> None:
         """A new sandbox: the agent, the thread's files from the host, the virtual layout."""
-        payload = self._payload()
+        payload = self._archive()
         self._write_root(sdk, payload.upload_path, payload.archive, "uploading the agent")
         seed = build_seed(layout.mounts)
         seed_path = f"/tmp/sandkit-seed-{uuid.uuid4().hex[:12]}.tar"
@@ -562,7 +447,7 @@ class E2BProvider(SandboxProvider):
 
     def _sync_back(self, sdk: Any, key: SandboxKey) -> None:
         """Copy the sandbox's writable mounts over the host copy (before a kill)."""
-        layout = ThreadLayout.for_key(self.settings, key)
+        layout = self._layout(key)
         mounts = [m for m in layout.mounts if not m.read_only]
         if not mounts:
             return
@@ -598,62 +483,17 @@ class E2BProvider(SandboxProvider):
 
     # -- agent channel ------------------------------------------------------------------
 
-    def _agent_config(self, key: SandboxKey) -> dict[str, Any]:
-        layout = ThreadLayout.for_key(self.settings, key)
-        return make_agent_config(
-            # The host paths (data root, thread dirs) are hidden roots, as in every
-            # box: a path the caller types with the data root in it comes back masked.
-            box_mapping(layout),
-            self.settings.limits.to_limits(),
-            execute_enabled=self.options.execute_enabled,
-            secrets=self.settings.secret_values(),
-            scrubbed_env=tuple(self.settings.scrubbed_env),
-            rg_path=self._payload().rg_path,
-        )
-
     def _agent_argv(self) -> str:
         python = shlex.quote(self.options.python)
-        return f"{python} -I -S {shlex.quote(self._payload().agent_path)}"
-
-    def _new_sandbox(self, box: _Box) -> E2BSandbox:
-        limits = self.settings.limits.to_limits()
-        config = self._agent_config(box.key)
-        name = f"sandkit-e2b-{box.key.sandbox_id}"
-        transport: Transport
-        if self.options.carrier == "http":
-            transport = self._start_http_agent(box, config)
-        else:
-            transport = StdioTransport(
-                lambda: self._open_stream(box), config, open_timeout=60.0, name=name
-            )
-        return E2BSandbox(
-            box.key, transport, limits=limits, on_unavailable=lambda: _set_suspect(box)
-        )
-
-    def _revive_http_agent(self, box: _Box, sandbox: E2BSandbox) -> None:
-        """The HTTP agent did not answer: if it still does not, a new one behind the same handle."""
-        agent = box.http_agent
-        if agent is not None and not agent.finished.is_set():
-            try:
-                sandbox.transport.call("ping", {}, 10.0)
-                return
-            except SandboxError:
-                pass
-        box.http_agent = None
-        if agent is not None and box.sdk is not None:
-            agent.stop(box.sdk.commands, self.options.request_timeout_s)
-        old = sandbox.transport
-        sandbox.transport = self._start_http_agent(box, self._agent_config(box.key))
-        old.close()
+        return f"{python} -I -S {shlex.quote(self._archive().agent_path)}"
 
     def _mark_dead(self, box: _Box, sdk: Any) -> None:
         if box.sdk is sdk:
             box.dead = True
 
     def _open_stream(self, box: _Box) -> CommandStream:
-        """A fresh `agent.pyz --stdio` in the key's sandbox (the transport's opener)."""
         sdk = box.sdk
-        if sdk is None or box.dead:
+        if sdk is None:
             raise SandboxError(
                 ErrorCode.UNAVAILABLE,
                 f"sandbox {box.key.sandbox_id} is not running; acquire it again",
@@ -668,29 +508,29 @@ class E2BProvider(SandboxProvider):
             if is_gone(exc):
                 box.dead = True
             raise service_error(exc, "starting the agent") from None
-        old, box.stream = (
-            box.stream,
-            CommandStream(
-                sdk.commands,
-                handle,
-                on_gone=lambda _exc: self._mark_dead(box, sdk),
-                request_timeout=self.options.request_timeout_s,
-                name=f"sandkit-e2b-{box.key.sandbox_id}",
-            ),
+        if box.stream is not None:
+            box.stream.close()
+        return CommandStream(
+            sdk.commands,
+            handle,
+            on_gone=lambda _exc: self._mark_dead(box, sdk),
+            request_timeout=self.options.request_timeout_s,
+            name=f"sandkit-e2b-{box.key.sandbox_id}",
         )
-        if old is not None:
-            old.close()
-        return box.stream
 
-    def _start_http_agent(self, box: _Box, config: dict[str, Any]) -> HttpTransport:
-        """Start `agent.pyz --http` in the sandbox and point an HttpTransport at its host URL."""
-        sdk = box.sdk
-        if sdk is None or box.dead:
-            raise SandboxError(
-                ErrorCode.UNAVAILABLE,
-                f"sandbox {box.key.sandbox_id} is not running; acquire it again",
-            )
-        token = secrets.token_urlsafe(32)
+    def _agent_url(self, box: _Box) -> str:
+        return f"{self.options.http_scheme}://{self._running_sdk(box).get_host(self.options.http_port)}"
+
+    def _box_uid(self, box: _Box) -> str:
+        return str(box.e2b_id)
+
+    def _launch_http_agent(self, box: _Box, config: dict[str, Any], token: str) -> None:
+        """Config and token as files of the sandbox user, then `agent.pyz --http` as a
+        background command; returns once it says it listens."""
+        sdk = self._running_sdk(box)
+        old, box.http_agent = box.http_agent, None
+        if old is not None:
+            old.stop(sdk.commands, self.options.request_timeout_s)
         tag = uuid.uuid4().hex[:12]
         config_path, token_path = f"/tmp/sandkit-{tag}.json", f"/tmp/sandkit-{tag}.token"
         port = self.options.http_port
@@ -725,19 +565,16 @@ class E2BProvider(SandboxProvider):
                     f"the agent did not start listening ({agent.detail() or 'no answer'})",
                 )
         box.http_agent = agent
-        from sandkit.agent.protocol import max_frame_bytes
 
-        url = f"{self.options.http_scheme}://{sdk.get_host(port)}"
-        return HttpTransport(
-            url, token, max_frame_bytes=max_frame_bytes(self.settings.limits.to_limits())
-        )
+    def _running_sdk(self, box: _Box) -> Any:
+        if box.sdk is None or box.dead:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE,
+                f"sandbox {box.key.sandbox_id} is not running; acquire it again",
+            )
+        return box.sdk
 
     # -- maintenance ------------------------------------------------------------------------
-
-    def _maintain(self, idle_timeout_s: float) -> list[SandboxKey]:
-        """One maintenance round: extend the timeouts of boxes in use, release idle ones."""
-        self.keep_alive()
-        return self.reap_idle(idle_timeout_s)
 
     def keep_alive(self) -> int:
         """Extend the E2B timeout of every box used since its last extension (or busy).
@@ -765,10 +602,6 @@ class E2BProvider(SandboxProvider):
                 box.extended_at = started
                 extended += 1
         return extended
-
-
-def _set_suspect(box: _Box) -> None:
-    box.suspect = True
 
 
 def _key_of(info: Any) -> SandboxKey | None:

@@ -8,12 +8,11 @@ knobs, not a limit on what can be configured.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from sandkit.config import Settings
-from sandkit.errors import ErrorCode, SandboxError
+from sandkit.boxkit import BoxOptions
 
 # Pod names are `<owner>-<sandbox_id>` (sandbox_id is 23 characters): a DNS-1123 label.
 _OWNER_RE = re.compile(r"[a-z0-9]([a-z0-9-]{0,37}[a-z0-9])?")
@@ -27,10 +26,18 @@ def _default_resources() -> dict[str, dict[str, str]]:
     }
 
 
-class KubernetesOptions(BaseModel):
-    """Options of the Kubernetes provider (`providers: {kubernetes: {...}}` in sandkit.yaml)."""
+class KubernetesOptions(BoxOptions):
+    """Options of the Kubernetes provider (`providers: {kubernetes: {...}}` in sandkit.yaml).
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    The shared ones (owner, python, http_port, token_secret, execute_enabled,
+    reap_interval_s, max_running) are `BoxOptions`'s; the owner prefixes pod names.
+    """
+
+    provider_name: ClassVar[str] = "kubernetes"
+    owner_pattern: ClassVar[re.Pattern[str]] = _OWNER_RE
+    owner_rule: ClassVar[str] = (
+        "owner must be lowercase letters, digits and '-', at most 39 characters"
+    )
 
     # -- where ------------------------------------------------------------------------
     namespace: str = Field("sandkit", description="Namespace of the sandbox pods.")
@@ -40,11 +47,6 @@ class KubernetesOptions(BaseModel):
         "$KUBECONFIG or ~/.kube/config.",
     )
     context: str | None = Field(None, description="kubeconfig context (None: current).")
-    owner: str = Field(
-        "sandkit",
-        description="Name of this deployment: prefixes pod names and is the `sandkit.owner` "
-        "label, so two deployments never adopt each other's pods.",
-    )
 
     # -- what -------------------------------------------------------------------------
     image: str = Field(
@@ -52,11 +54,9 @@ class KubernetesOptions(BaseModel):
     )
     image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
     image_pull_secrets: list[str] = Field(default_factory=list)
-    python: str = Field("python3", description="Interpreter in the image that runs the agent.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra container environment.")
     labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
     annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
-    execute_enabled: bool = Field(True, description="Allow `execute` inside the pod.")
 
     # -- carrier ----------------------------------------------------------------------
     carrier: Literal["stdio", "http"] = Field(
@@ -64,12 +64,6 @@ class KubernetesOptions(BaseModel):
         description="stdio: the agent over one long-lived exec stream (works from anywhere the "
         "API is, RBAC pods/exec). http: the agent listens on the pod IP with a bearer token "
         "(the provider must reach pod IPs, i.e. run in the cluster).",
-    )
-    http_port: int = Field(8765, ge=1024, le=65535, description="Agent port (carrier http).")
-    token_secret: SecretStr | None = Field(
-        None,
-        description="carrier http: derive each pod's bearer token from this secret, so "
-        "replicas sharing an owner share tokens; None: a random token per agent start.",
     )
 
     # -- thread data ------------------------------------------------------------------
@@ -129,22 +123,7 @@ class KubernetesOptions(BaseModel):
     delete_wait_s: float = Field(
         30.0, ge=0, le=600, description="How long recreate/shutdown wait for a pod to be gone."
     )
-    reap_interval_s: float = Field(
-        60.0, ge=0, description="Background idle reaper period; 0 disables it."
-    )
-    max_running: int = Field(
-        0, ge=0, description="Refuse (CAPACITY) to start more pods of this owner; 0 = no cap."
-    )
     request_timeout_s: float = Field(30.0, gt=0, description="Timeout of one API request.")
-
-    @field_validator("owner")
-    @classmethod
-    def _owner_ok(cls, value: str) -> str:
-        if not _OWNER_RE.fullmatch(value):
-            raise ValueError(
-                "owner must be lowercase letters, digits and '-', at most 39 characters"
-            )
-        return value
 
     @field_validator("namespace", "pvc_claim_name")
     @classmethod
@@ -168,12 +147,3 @@ class KubernetesOptions(BaseModel):
         if self.schedule_timeout_s > self.start_timeout_s:
             raise ValueError("schedule_timeout_s must be <= start_timeout_s")
         return self
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> KubernetesOptions:
-        try:
-            return cls.model_validate(settings.provider_options("kubernetes"))
-        except ValueError as exc:
-            raise SandboxError(
-                ErrorCode.INVALID_ARGUMENT, f"invalid providers.kubernetes options: {exc}"
-            ) from None

@@ -6,35 +6,34 @@ over HTTP to the pod IP with a bearer token (carrier http). Pods are found
 again by name (`<owner>-<sandbox_id>`) and labels, so a restarted provider
 adopts its pods instead of creating duplicates. Pods cannot be stopped:
 `release` deletes the pod; the thread data lives on the node or the claim.
+The lifecycle itself (locks, reaping, capacity, carriers, shutdown) is
+`sandkit.boxkit`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import hmac
 import json
 import logging
 import os
-import secrets
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from sandkit.agent import protocol as p
-from sandkit.boxkit import AGENT_DIR, RG_PATH, IdleReaper, Payload, TrackedSandbox, box_mapping
-from sandkit.boxkit import build_payload as _build_payload
-from sandkit.boxkit import BoxTable
+from sandkit.boxkit import (
+    AGENT_DIR,
+    BoxProvider,
+    BoxRecord,
+    BoxSandbox,
+    ByteStream,
+    prepare_host_dirs,
+)
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
-from sandkit.paths import ThreadLayout
-from sandkit.provider import SandboxKey, SandboxProvider
-from sandkit.remote import agent_config as make_agent_config
-from sandkit.boxkit import ByteStream
-from sandkit.transports.base import SwitchingTransport, Transport
-from sandkit.transports.http import HttpTransport
-from sandkit.transports.stdio import StdioTransport
+from sandkit.provider import SandboxKey
 
 from . import boot
 from .errors import api_error, api_message
@@ -70,7 +69,7 @@ WATCH_SLICE_S = 3.0
 HANDSHAKE_TIMEOUT_S = 60.0
 
 
-class KubernetesSandbox(TrackedSandbox):
+class KubernetesSandbox(BoxSandbox):
     """A sandbox in a pod; `pod_name` is the pod it lives in."""
 
     pod_name: str = ""
@@ -108,62 +107,23 @@ def _agent_pid(stream: KubeExecStream) -> int | None:
 
 
 @dataclasses.dataclass(eq=False)
-class _Box:
-    """What this provider knows about one key's pod."""
+class _Box(BoxRecord):
+    """The kit's record plus the key's pod."""
 
-    key: SandboxKey
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     pod_uid: str | None = None
     pod_ip: str | None = None
-    sandbox: KubernetesSandbox | None = None
-    stream: KubeExecStream | None = None
-    http: HttpTransport | None = None
-    # Set when the pod is known gone or a call could not reach it: acquire re-checks.
-    dead: bool = False
-
-    def looks_alive(self, carrier: str) -> bool:
-        """Cheap check: a live agent channel implies a running pod."""
-        if self.dead or self.pod_uid is None:
-            return False
-        if carrier == "http":
-            return self.http is not None
-        stream = self.stream
-        return stream is not None and not stream.at_eof
 
 
-class _BoxHttpTransport(SwitchingTransport):
-    """The sandbox's view of its box's HTTP transport, which changes with the pod (new IP)."""
-
-    def __init__(self, box: _Box) -> None:
-        super().__init__()
-        self._box = box
-
-    def _live(self) -> HttpTransport:
-        transport = self._box.http
-        if transport is None or self._box.dead:
-            raise SandboxError(
-                ErrorCode.UNAVAILABLE,
-                f"sandbox {self._box.key.sandbox_id} is not running; acquire it again",
-            )
-        return transport
-
-    def _mark_down(self, transport: Transport) -> None:
-        # The agent (or its pod) is unreachable: make the next acquire look again.
-        if self._box.http is transport:
-            self._box.dead = True
-
-
-class KubernetesProvider(SandboxProvider):
+class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
     name = "kubernetes"
+    handshake_timeout_s = HANDSHAKE_TIMEOUT_S
+    sandbox_class = KubernetesSandbox
 
     def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or Settings()
-        self.options = KubernetesOptions.from_settings(self.settings)
+        super().__init__(settings, KubernetesOptions, _Box)
         self._configuration: Any = None
         self._core: Any = None
         self._client_lock = threading.Lock()
-        self._boxes = BoxTable(_Box)
-        self._reaper = IdleReaper("sandkit-kubernetes-reaper", self.reap_idle)
 
     # -- API ------------------------------------------------------------------------
 
@@ -214,114 +174,67 @@ class KubernetesProvider(SandboxProvider):
     def _timeout(self) -> float:
         return self.options.request_timeout_s
 
-    def _payload(self) -> Payload:
-        return _build_payload(True)
+    # -- the kit's hooks --------------------------------------------------------------
 
-    # -- SandboxProvider --------------------------------------------------------------
+    def _looks_alive(self, box: _Box) -> bool:
+        return box.pod_uid is not None and super()._looks_alive(box)
 
-    def acquire(self, key: SandboxKey) -> KubernetesSandbox:
-        self._reaper.start(self.options.reap_interval_s, self.settings.idle_timeout_s)
-        with self._boxes.locked(key) as box:
-            sandbox = box.sandbox
-            carrier = self.options.carrier
-            if sandbox is not None and not sandbox.closed and box.looks_alive(carrier):
-                sandbox.last_used = time.monotonic()
-                return sandbox
-            if box.dead and box.http is not None:
-                # The agent stopped answering: look at the pod, start a fresh agent.
-                box.http.close()
-                box.http = None
-            try:
-                self._ensure_running(box)
-                if carrier == "http":
-                    self._ensure_http_agent(box)
-            except BaseException:
-                if box.sandbox is None:
-                    self._boxes.forget(box)
-                raise
-            if sandbox is None or sandbox.closed:
-                sandbox = self._new_sandbox(box)
-                box.sandbox = sandbox
-            # Open the channel now: acquire returns a box that answers.
-            sandbox.ping(timeout=HANDSHAKE_TIMEOUT_S)
-            sandbox.last_used = time.monotonic()
-            return sandbox
+    def _new_sandbox(self, box: _Box) -> KubernetesSandbox:
+        sandbox = super()._new_sandbox(box)
+        assert isinstance(sandbox, KubernetesSandbox)
+        sandbox.pod_name = pod_name(self.options, box.key)
+        return sandbox
 
-    def get(self, key: SandboxKey) -> KubernetesSandbox | None:
-        box = self._boxes.box(key)
-        with box.lock:
-            sandbox = box.sandbox
-            if sandbox is not None and not sandbox.closed and box.looks_alive(self.options.carrier):
-                return sandbox
-            pod = self._read_pod(key)
-            if pod is None or not _running(pod) or not self._adoptable(pod, key):
-                if sandbox is None:
-                    self._boxes.forget(box)
-                return None
-            self._adopt(box, pod)
-            if self.options.carrier == "http":
-                self._ensure_http_agent(box)
-            if sandbox is None or sandbox.closed:
-                sandbox = self._new_sandbox(box)
-                box.sandbox = sandbox
-            return sandbox
+    def _hidden_paths(self) -> tuple[str, ...]:
+        hidden = list(self.options.hide_paths)
+        if self.options.host_path_root:
+            hidden.append(self.options.host_path_root)
+        return tuple(hidden)
 
-    def release(self, key: SandboxKey) -> None:
-        """Pods cannot be stopped: delete the pod; the thread data stays."""
-        self._drop(key)
+    def _adopt_running(self, box: _Box) -> bool:
+        pod = self._read_pod(box.key)
+        if pod is None or not _running(pod) or not self._adoptable(pod, box.key):
+            return False
+        self._adopt(box, pod)
+        return True
 
-    def destroy(self, key: SandboxKey) -> None:
-        self._drop(key)
+    def _stop_box(self, box: _Box, remove: bool) -> None:
+        """Pods cannot be stopped: release deletes the pod too; the thread data stays."""
+        self._delete_pod(pod_name(self.options, box.key))
+        box.pod_uid = box.pod_ip = None
 
-    def shutdown(self) -> None:
-        self._reaper.stop()
-        boxes = self._boxes.take_all()
-        for box in boxes:
-            with box.lock:
-                self._close_box(box)
+    def _list_boxes(self) -> Sequence[Any]:
         try:
-            core = self.core  # also cleans up after a crashed earlier instance
-            pods = core.list_namespaced_pod(
+            pods = self.core.list_namespaced_pod(
+                self.options.namespace,
+                label_selector=owner_selector(self.options),
+                _request_timeout=self._timeout,
+            )
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise api_error(exc, "listing pods") from None
+        return list(pods.items)
+
+    def _shut_box(self, pod: Any) -> None:
+        self._delete_pod(pod.metadata.name)
+
+    def _describe(self, pod: Any) -> str:
+        return f"pod {pod.metadata.name}"
+
+    def _after_shutdown(self, pods: Sequence[Any]) -> None:
+        self._wait_gone({pod.metadata.name for pod in pods})
+
+    def _count_running(self) -> int:
+        try:
+            pods = self.core.list_namespaced_pod(
                 self.options.namespace,
                 label_selector=owner_selector(self.options),
                 _request_timeout=self._timeout,
             )
         except Exception as exc:
-            # Shutdown runs from __exit__ and atexit hooks: say so, do not raise.
-            error = api_error(exc, "listing pods at shutdown")
-            log.warning("shutdown: %s; pods of owner %s may remain", error, self.options.owner)
-            return
-        names = {pod.metadata.name for pod in pods.items}
-        for name in names:
-            self._delete_pod(name)
-        self._wait_gone(names)
-
-    def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
-        return self._boxes.reap_idle(max_idle_s, self._stop_box)
-
-    # -- boxes ------------------------------------------------------------------------
-
-    def _drop(self, key: SandboxKey) -> None:
-        box = self._boxes.box(key)
-        with box.lock:
-            self._stop_box(box)
-        self._boxes.forget(box)
-
-    def _close_box(self, box: _Box) -> None:
-        sandbox, box.sandbox = box.sandbox, None
-        http, box.http = box.http, None
-        box.stream = None
-        if sandbox is not None:
-            sandbox.close()
-        if http is not None:
-            http.close()
-
-    def _stop_box(self, box: _Box) -> None:
-        """Close the sandbox, then delete the pod (by name: ours or adopted)."""
-        self._close_box(box)
-        box.dead = True
-        self._delete_pod(pod_name(self.options, box.key))
-        box.pod_uid = box.pod_ip = None
+            raise api_error(exc, "counting pods") from None
+        return len([p for p in pods.items if p.metadata.deletion_timestamp is None])
 
     # -- pods ---------------------------------------------------------------------------
 
@@ -376,15 +289,13 @@ class KubernetesProvider(SandboxProvider):
         )
 
     def _manifest(self, key: SandboxKey) -> dict[str, Any]:
-        layout = ThreadLayout.for_key(self.settings, key)
+        layout = self._layout(key)
         return pod_manifest(self.options, layout)
 
     def _adopt(self, box: _Box, pod: Any) -> None:
         if box.pod_uid != pod.metadata.uid:
             # Another pod than the one our channels knew: start them afresh.
-            http, box.http = box.http, None
-            if http is not None:
-                http.close()
+            box.http.replace(None)
         box.pod_uid = pod.metadata.uid
         box.pod_ip = pod.status.pod_ip
         box.dead = False
@@ -392,9 +303,11 @@ class KubernetesProvider(SandboxProvider):
     def _ensure_running(self, box: _Box) -> None:
         """Make the key's pod exist and run: adopt it, or (re)create it."""
         key = box.key
-        layout = ThreadLayout.for_key(self.settings, key)
+        layout = self._layout(key)
         mask = layout.host_mapping().mask
-        self._prepare_host_dirs(layout)
+        options = self.options
+        if options.storage == "hostPath" and options.prepare_host_dirs:
+            prepare_host_dirs(layout, (options.uid, options.gid))
         manifest = pod_manifest(self.options, layout)
         name = manifest["metadata"]["name"]
         created = False
@@ -637,77 +550,31 @@ class KubernetesProvider(SandboxProvider):
             finally:
                 watcher.stop()
 
-    def _check_capacity(self) -> None:
-        cap = self.options.max_running
-        if not cap:
-            return
+    # -- carrier http -----------------------------------------------------------------
+
+    def _agent_url(self, box: _Box) -> str:
+        return f"http://{box.pod_ip}:{self.options.http_port}"
+
+    def _box_uid(self, box: _Box) -> str:
+        return str(box.pod_uid)
+
+    def _launch_http_agent(self, box: _Box, config: dict[str, Any], token: str) -> None:
+        """The bootstrap starts the agent with config and token sent over its exec stream
+        (never a file or argv) and says READY once it listens."""
+        stream = self._exec_boot(box, "http")
         try:
-            pods = self.core.list_namespaced_pod(
-                self.options.namespace,
-                label_selector=owner_selector(self.options),
-                _request_timeout=self._timeout,
-            )
-        except Exception as exc:
-            raise api_error(exc, "counting pods") from None
-        live = [p for p in pods.items if p.metadata.deletion_timestamp is None]
-        if len(live) >= cap:
+            stream.write(boot.frame(json.dumps({"config": config, "token": token}).encode()))
+            line = stream.readline()
+        finally:
+            stream.close()
+        if not line.startswith(boot.READY):
+            why = line[len(boot.FAILED) :] if line.startswith(boot.FAILED) else line
+            detail = why.decode("utf-8", "replace").strip() or stream.exit_detail()
             raise SandboxError(
-                ErrorCode.CAPACITY,
-                f"{len(live)} sandbox pods exist, the limit (max_running) is {cap}",
+                ErrorCode.UNAVAILABLE, f"the HTTP agent did not start: {detail or 'no answer'}"
             )
 
-    def _prepare_host_dirs(self, layout: ThreadLayout) -> None:
-        """hostPath storage: create the thread dirs and make them writable by the pod's uid."""
-        if self.options.storage != "hostPath" or not self.options.prepare_host_dirs:
-            return
-        layout.create_dirs()
-        for mount in layout.mounts:
-            if not os.path.isdir(mount.real):
-                raise SandboxError(
-                    ErrorCode.UNAVAILABLE,
-                    f"the host directory behind {mount.virtual} does not exist",
-                )
-        uid, gid = self.options.uid, self.options.gid
-        if not layout.hand_over(uid, gid):
-            log.warning(
-                "cannot chown the thread dirs of %s to %d:%d; the pod may not be able to "
-                "write them (run as root or as that uid)",
-                layout.key,
-                uid,
-                gid,
-            )
-
-    # -- agent ----------------------------------------------------------------------------
-
-    def _agent_config(self, key: SandboxKey) -> dict[str, Any]:
-        layout = ThreadLayout.for_key(self.settings, key)
-        hidden = list(self.options.hide_paths)
-        if self.options.host_path_root:
-            hidden.append(self.options.host_path_root)
-        return make_agent_config(
-            box_mapping(layout, tuple(hidden)),
-            self.settings.limits.to_limits(),
-            execute_enabled=self.options.execute_enabled,
-            secrets=self.settings.secret_values(),
-            scrubbed_env=tuple(self.settings.scrubbed_env),
-            rg_path=RG_PATH if self._payload().has_rg else None,
-        )
-
-    def _new_sandbox(self, box: _Box) -> KubernetesSandbox:
-        limits = self.settings.limits.to_limits()
-        transport: Transport
-        if self.options.carrier == "http":
-            transport = _BoxHttpTransport(box)
-        else:
-            transport = StdioTransport(
-                lambda: self._open_stream(box),
-                self._agent_config(box.key),
-                open_timeout=HANDSHAKE_TIMEOUT_S,
-                name=f"sandkit-k8s-{box.key.sandbox_id}",
-            )
-        sandbox = KubernetesSandbox(box.key, transport, limits=limits)
-        sandbox.pod_name = pod_name(self.options, box.key)
-        return sandbox
+    # -- carrier stdio ----------------------------------------------------------------
 
     def _exec_boot(self, box: _Box, mode: str) -> KubeExecStream:
         """Start BOOT in the pod and install the payload if the pod lacks it."""
@@ -765,12 +632,10 @@ class KubernetesProvider(SandboxProvider):
         return stream
 
     def _open_stream(self, box: _Box) -> ByteStream:
-        """A fresh agent over an exec stream (the stdio transport's opener)."""
         stream = self._exec_boot(box, "stdio")
         stream.agent_pid = _agent_pid(stream)
         stream.settimeout(None)
         stream.watch = lambda: self._agent_alive(box, stream)
-        box.stream = stream
         return stream
 
     def _agent_alive(self, box: _Box, stream: KubeExecStream) -> bool | None:
@@ -797,49 +662,6 @@ class KubernetesProvider(SandboxProvider):
         finally:
             probe.close()
         return {0: True, _AGENT_GONE: False}.get(code) if code is not None else None
-
-    def _token(self, box: _Box) -> str:
-        secret = self.options.token_secret
-        if secret is None:
-            return secrets.token_urlsafe(32)
-        message = f"sandkit-agent-token\0{box.pod_uid}".encode()
-        return hmac.new(secret.get_secret_value().encode(), message, hashlib.sha256).hexdigest()
-
-    def _ensure_http_agent(self, box: _Box) -> None:
-        """An HTTP agent that answers with our token: reuse, or (re)start it."""
-        if box.http is not None and not box.dead:
-            return
-        url = f"http://{box.pod_ip}:{self.options.http_port}"
-        limits = self.settings.limits.to_limits()
-        max_frame = p.max_frame_bytes(limits)
-        if box.http is None and self.options.token_secret is not None:
-            # Derived tokens survive a provider restart: an agent may already answer.
-            candidate = HttpTransport(url, self._token(box), max_frame_bytes=max_frame)
-            try:
-                candidate.call("ping", {}, 5.0)
-            except SandboxError:
-                candidate.close()
-            else:
-                box.http = candidate
-                return
-        token = self._token(box)
-        stream = self._exec_boot(box, "http")
-        try:
-            spec = {"config": self._agent_config(box.key), "token": token}
-            stream.write(boot.frame(json.dumps(spec).encode()))
-            line = stream.readline()
-        finally:
-            stream.close()
-        if not line.startswith(boot.READY):
-            why = line[len(boot.FAILED) :] if line.startswith(boot.FAILED) else line
-            detail = why.decode("utf-8", "replace").strip() or stream.exit_detail()
-            raise SandboxError(
-                ErrorCode.UNAVAILABLE, f"the HTTP agent did not start: {detail or 'no answer'}"
-            )
-        old, box.http = box.http, HttpTransport(url, token, max_frame_bytes=max_frame)
-        box.dead = False
-        if old is not None:
-            old.close()
 
 
 def _running(pod: Any) -> bool:
