@@ -16,6 +16,7 @@ from typing import Any
 
 from sandkit.agent.build import agent_zipapp
 from sandkit.agent.protocol import agent_config
+from sandkit.boxkit import ByteStream
 from sandkit.local import LocalSandbox
 from sandkit.provider import SandboxKey
 from sandkit.remote import RemoteSandbox
@@ -23,7 +24,6 @@ from sandkit.runtime.context import Context
 from sandkit.runtime.limits import Limits
 from sandkit.runtime.pathmap import OUTPUTS, UPLOADS, WORKSPACE, Mount, PathMapping
 from sandkit.runtime.service import Runtime
-from sandkit.boxkit import ByteStream
 from sandkit.transports.local_process import SubprocessStream, agent_command
 from sandkit.transports.stdio import StdioTransport
 

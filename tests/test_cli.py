@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from sandkit.cli import app, render
+from sandkit.cli.demo import DemoReport
 from sandkit.cli.doctor import DoctorReport
 from sandkit.cli.providers import ProvidersReport
-from sandkit.cli.demo import DemoReport
 from sandkit.models import (
     EditResult,
     ExecuteResult,

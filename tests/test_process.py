@@ -18,8 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandkit import SandboxKey, Settings
-from sandkit.local import hostlimits
-from sandkit.local import LocalProvider
+from sandkit.local import LocalProvider, hostlimits
 from sandkit.models import ExecuteResult
 from sandkit.runtime import process
 from sandkit.runtime.capture import ELIDED_MARKER, REDACTED, HeadTail, Redactor

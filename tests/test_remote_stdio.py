@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from sandkit import ErrorCode, SandboxError
+from sandkit.boxkit import ByteStream
 from sandkit.local import LocalSandbox
 from sandkit.remote import RemoteSandbox
 from sandkit.runtime.limits import MIB, Limits
-from sandkit.boxkit import ByteStream
 from sandkit.transports.local_process import SubprocessStream, agent_command
 from sandkit.transports.stdio import StdioTransport
 

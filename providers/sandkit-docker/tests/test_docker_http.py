@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sandkit.boxkit.http_agent import make_token
 from sandkit_docker.provider import DockerProvider
 
 from sandkit import ErrorCode, SandboxError, SandboxKey
+from sandkit.boxkit.http_agent import make_token
 
 pytestmark = pytest.mark.docker
 

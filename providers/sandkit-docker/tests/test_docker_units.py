@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandkit.boxkit.http_agent import LAUNCH, agent_files, make_token
 from sandkit_docker.options import DockerOptions
 from sandkit_docker.spec import create_kwargs
 from sandkit_docker.stream import DockerExecStream
 
 from sandkit import ErrorCode, SandboxError, SandboxKey, Settings
+from sandkit.boxkit.http_agent import LAUNCH, agent_files, make_token
 from sandkit.paths import ThreadLayout
 
 

@@ -173,7 +173,7 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
             sandbox.close()
         box.http.replace(None)
 
-    def _after_shutdown(self, handles: Sequence[Any]) -> None:  # noqa: B027 - optional hook
+    def _after_shutdown(self, handles: Sequence[Any]) -> None:
         """Clean-up once every box is shut (networks, volumes, waiting for deletions)."""
 
     def _background_round(self, idle_timeout_s: float) -> list[SandboxKey]:

@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
+from ..provider import SandboxKey
 from .sandbox import BoxSandbox
 
 log = logging.getLogger("sandkit.boxkit")
-from ..provider import SandboxKey
 
 
 class Box(Protocol):

@@ -19,13 +19,13 @@ from typing import Any
 from pydantic import BaseModel
 from rich.text import Text
 
-from . import render
-from .output import error_text
-from .session import GlobalOptions, Session, load_settings
 from ..errors import SandboxError
 from ..provider import SandboxKey, create_provider
 from ..runtime.pathmap import UPLOADS, WORKSPACE
 from ..sandbox import Sandbox
+from . import render
+from .output import error_text
+from .session import GlobalOptions, Session, load_settings
 
 OPS = '''"""Arithmetic for the sandkit demo."""
 

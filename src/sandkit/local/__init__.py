@@ -13,8 +13,6 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import ErrorCode, SandboxError
-from .hostlimits import ProcessBounds
-from .hostlimits import create as create_bounds
 from ..paths import ThreadLayout
 from ..provider import SandboxKey, SandboxProvider
 from ..runtime.context import Context
@@ -22,6 +20,8 @@ from ..runtime.limits import Limits
 from ..runtime.search import find_rg
 from ..runtime.service import Runtime
 from ..sandbox import Sandbox
+from .hostlimits import ProcessBounds
+from .hostlimits import create as create_bounds
 
 
 class LocalSandbox(Sandbox):

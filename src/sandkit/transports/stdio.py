@@ -32,8 +32,8 @@ from ..agent import PROTOCOL_VERSION
 from ..agent import protocol as p
 from ..errors import ErrorCode, SandboxError
 from ..runtime.limits import Limits
-from .streams import ByteStream, StreamOpener
 from .base import Transport, TransportClosed, retryable, timed_out, unavailable
+from .streams import ByteStream, StreamOpener
 
 INLINE_WRITE_BYTES = 64 * 1024
 
