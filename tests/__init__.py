@@ -1,1 +1,1 @@
-"""Tests for sandkit; a package so `tests.conformance` can be imported by providers' tests."""
+"""Tests for sandkit (a package, so the hardening suite and providers can share helpers)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,22 +10,15 @@ import pytest
 
 from sandkit.config import Settings
 from sandkit.local import LocalProvider
+from sandkit.testing.ambient import clear_ambient_configuration
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _no_ambient_configuration() -> Iterator[None]:
-    """A developer's sandkit configuration must not change test results.
-
-    Only what configures sandkit itself is cleared (settings fields, the config
-    file, the rg override); test-infrastructure variables such as
-    SANDKIT_BASE_IMAGE, which `.ci/run` exports, stay.
-    """
-    configuring = {f"SANDKIT_{name.upper()}" for name in Settings.model_fields}
-    configuring |= {"SANDKIT_CONFIG", "SANDKIT_RG", "SANDKIT_USER", "SANDKIT_THREAD"}
+    """A developer's sandkit configuration must not change test results (the CLI tests
+    look for ./sandkit.yaml themselves, so the config file is only unset here)."""
     with pytest.MonkeyPatch.context() as patch:
-        for name in list(os.environ):
-            if name in configuring or any(name.startswith(v + "__") for v in configuring):
-                patch.delenv(name)
+        clear_ambient_configuration(patch, None)
         yield
 
 

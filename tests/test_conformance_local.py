@@ -14,9 +14,8 @@ from sandkit.config import LimitsSettings
 from sandkit.local import LocalProvider, LocalSandbox
 from sandkit.paths import UPLOADS
 from sandkit.runtime.limits import Limits
-
-from .conformance import SandboxConformance, SearchConformance
-from .conformance.suite import CheckedSandbox, SeedUpload
+from sandkit.testing.conformance import SandboxConformance, SearchConformance
+from sandkit.testing.conformance.suite import CheckedSandbox, SeedUpload
 
 SECRET = "sk-test-7f3a9c1e5b2d-do-not-print"
 # Small enough that a runaway pattern costs the suite seconds, not half a minute.

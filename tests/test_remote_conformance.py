@@ -22,13 +22,13 @@ from sandkit.paths import UPLOADS, ThreadLayout
 from sandkit.remote import RemoteSandbox
 from sandkit.runtime.context import Context
 from sandkit.runtime.limits import Limits
+from sandkit.testing.conformance import OperationConformance
+from sandkit.testing.conformance.lifecycle import LifecycleTests
+from sandkit.testing.conformance.suite import SeedUpload
 from sandkit.transports.http import HttpTransport
 from sandkit.transports.local_process import agent_opener
 from sandkit.transports.stdio import StdioTransport
 
-from .conformance import OperationConformance
-from .conformance.lifecycle import LifecycleTests
-from .conformance.suite import SeedUpload
 from .remote_support import HttpAgent, config_of, find_rg, start_http_agent
 
 SECRET = "sk-test-7f3a9c1e5b2d-do-not-print"

@@ -53,8 +53,8 @@ from sandkit.config import LimitsSettings, MountSpec
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.provider import SandboxProvider
 from sandkit.sandbox import Sandbox
+from sandkit.testing.conformance.suite import assert_clean
 
-from ..conformance.suite import assert_clean
 from .figures import Figures
 from .targets import LIMITS, OWNER, SESSION, Target, forbidden_for
 

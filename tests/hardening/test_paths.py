@@ -45,7 +45,7 @@ from typing import Any
 from sandkit import ErrorCode, ExecuteResult, SandboxError, SandboxKey
 from sandkit.provider import SandboxProvider
 from sandkit.sandbox import Sandbox
-from tests.conformance.suite import CheckedSandbox, in_layout, q, sh, strings_in, unique
+from sandkit.testing.conformance.suite import CheckedSandbox, in_layout, q, sh, strings_in, unique
 
 from .figures import Figures
 from .hostile_corpus import (

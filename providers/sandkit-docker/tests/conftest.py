@@ -23,10 +23,10 @@ if importlib.util.find_spec("sandkit_docker") is None:  # not installed: run fro
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from sandkit_docker.provider import DockerProvider
-from tests.ambient import _no_ambient_configuration  # noqa: F401 - an autouse fixture
 from tests.docker_support import default_base_image, require_docker, require_image
 
 from sandkit import Settings
+from sandkit.testing import no_ambient_configuration  # noqa: F401 - an autouse fixture
 
 # Read before the ambient SANDKIT_* variables are cleared below.
 IMAGE_TAG = os.environ.get("SANDKIT_TEST_IMAGE") or default_base_image()

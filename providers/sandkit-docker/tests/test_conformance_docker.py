@@ -5,7 +5,7 @@
   owner's internal network (`network_mode: none` + `carrier: http`).
 
 One provider and one box serve each class (see
-`tests/conformance/shared_box.py`); the lifecycle tests make their own keys
+`sandkit/testing/conformance/shared_box.py`); the lifecycle tests make their own keys
 and therefore their own containers.
 """
 
@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 from sandkit_docker.provider import DockerProvider
-from tests.conformance.shared_box import (
+
+from sandkit import SandboxKey, Settings
+from sandkit.testing.conformance.shared_box import (
     SUITE_LIMITS,
     SharedBoxConformance,
     host_forbidden,
     host_seeder,
 )
-from tests.conformance.suite import SeedUpload
-
-from sandkit import SandboxKey, Settings
+from sandkit.testing.conformance.suite import SeedUpload
 
 pytestmark = pytest.mark.docker
 

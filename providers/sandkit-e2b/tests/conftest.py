@@ -24,10 +24,10 @@ if importlib.util.find_spec("sandkit_e2b") is None:  # not installed: run from t
 
 from e2b_standin import LABEL_SESSION, Cloud
 from sandkit_e2b.provider import E2BProvider
-from tests.ambient import _no_ambient_configuration  # noqa: F401 - an autouse fixture
 from tests.docker_support import default_base_image, require_docker, require_image
 
 from sandkit import Settings
+from sandkit.testing import no_ambient_configuration  # noqa: F401 - an autouse fixture
 
 # Read before the ambient SANDKIT_* variables are cleared below.
 IMAGE_TAG = os.environ.get("SANDKIT_TEST_IMAGE") or default_base_image()

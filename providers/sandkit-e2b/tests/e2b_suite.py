@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from sandkit_e2b.provider import E2BProvider
-from tests.conformance.shared_box import SharedBoxConformance, host_forbidden
-from tests.conformance.suite import SeedUpload
 
 from sandkit import SandboxKey
+from sandkit.testing.conformance.shared_box import SharedBoxConformance, host_forbidden
+from sandkit.testing.conformance.suite import SeedUpload
 
 # E2B's own home directory must never come back from the API either.
 E2B_HOME = "/home/user"

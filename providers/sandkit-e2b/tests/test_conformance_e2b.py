@@ -18,9 +18,9 @@ import pytest
 from e2b_standin import Cloud
 from e2b_suite import E2BConformance
 from sandkit_e2b.provider import E2BProvider
-from tests.conformance.shared_box import SUITE_LIMITS
 
 from sandkit import SandboxKey, Settings
+from sandkit.testing.conformance.shared_box import SUITE_LIMITS
 
 pytestmark = pytest.mark.docker
 

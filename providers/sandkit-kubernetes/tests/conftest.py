@@ -30,9 +30,9 @@ from k8s_support import (
     sandbox_image,
 )
 from sandkit_kubernetes.provider import KubernetesProvider
-from tests.ambient import _no_ambient_configuration  # noqa: F401 - an autouse fixture
 
 from sandkit import Settings
+from sandkit.testing import no_ambient_configuration  # noqa: F401 - an autouse fixture
 
 # Read before the ambient SANDKIT_* variables are cleared below.
 IMAGE = sandbox_image()

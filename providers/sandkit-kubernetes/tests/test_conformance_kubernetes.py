@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 from k8s_support import SESSION
 from sandkit_kubernetes.provider import KubernetesProvider
-from tests.conformance.shared_box import (
+
+from sandkit import SandboxKey, Settings
+from sandkit.testing.conformance.shared_box import (
     SUITE_LIMITS,
     SharedBoxConformance,
     host_forbidden,
     host_seeder,
 )
-from tests.conformance.suite import SeedUpload
-
-from sandkit import SandboxKey, Settings
+from sandkit.testing.conformance.suite import SeedUpload
 
 pytestmark = pytest.mark.kubernetes
 

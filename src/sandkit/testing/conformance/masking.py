@@ -7,6 +7,8 @@ places a host path is most likely to slip out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from sandkit import ErrorCode, SandboxError
@@ -82,7 +84,7 @@ class MaskingTests(ConformanceBase):
     def test_error_messages_name_the_virtual_path(self, sb: Sandbox, ws: str) -> None:
         sb.write_file(f"{ws}/f.txt", "x")
         make_dirs(sb, f"{ws}/d")
-        cases = [
+        cases: list[tuple[Callable[[], object], str]] = [
             (lambda: sb.read_file(f"{ws}/missing.txt"), f"{ws}/missing.txt"),
             (lambda: sb.read_file(f"{ws}/d"), f"{ws}/d"),
             (lambda: sb.list_dir(f"{ws}/f.txt"), f"{ws}/f.txt"),
@@ -119,7 +121,7 @@ class MaskingTests(ConformanceBase):
         self, sb: Sandbox, ws: str, forbidden_strings: list[str]
     ) -> None:
         sb.write_file(f"{ws}/f.txt", "x")
-        calls = [
+        calls: list[Callable[[], object]] = [
             lambda: sb.read_file(f"{ws}/f.txt/x"),
             lambda: sb.write_file(f"{ws}/f.txt/x", "x"),
             lambda: sb.list_dir(f"{ws}/nope"),

@@ -1,6 +1,6 @@
 """The shared conformance suite every provider runs unchanged.
 
-    from tests.conformance import SandboxConformance
+    from sandkit.testing.conformance import SandboxConformance
 
     class TestMyProviderConformance(SandboxConformance):
         @pytest.fixture
@@ -8,10 +8,11 @@
         @pytest.fixture
         def forbidden_strings(self): ...
 
-See `suite.py` for every fixture a provider may supply. `tests` is a
-package and the repository root is on pytest's `pythonpath`, so a
-provider's tests (providers/*/tests, which must not themselves be a
-package named `tests`) import the suite as above.
+See `suite.py` for every fixture a provider may supply; `shared_box.py`
+serves one running box to a whole class (what container and pod suites
+want). It ships in the wheel (`pip install 'sandkit[testing]'`), so a
+provider written outside this repository inherits it, as fsspec's
+implementations inherit `fsspec/tests/abstract`.
 """
 
 from __future__ import annotations
