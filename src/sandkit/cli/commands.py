@@ -2,21 +2,45 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from ..errors import ErrorCode, SandboxError
 from ..models import GrepMode, SandboxInfo, WriteResult
-from ..runtime.pathmap import WORKSPACE
+from ..runtime.operations import default
 from . import render
 from .output import EXIT_NO_MATCH, EXIT_OK, EXIT_TIMED_OUT
 from .session import Session
 
 PathArg = Annotated[str, typer.Argument(help="Virtual path (relative = under the workspace).")]
 UnderOpt = Annotated[str, typer.Option("--path", help="Directory to search under.")]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """Which operation of the table a command runs, and how its options map to it."""
+
+    operation: str
+    aliases: Mapping[str, str]  # option -> operation parameter, where the names differ
+    extras: frozenset[str]  # options of the CLI's own (no operation parameter)
+
+
+def runs(operation: str, *, extras: tuple[str, ...] = (), **aliases: str) -> Callable[[F], F]:
+    """Mark a command as the terminal form of `operation` (checked against the table)."""
+
+    def mark(fn: F) -> F:
+        fn.runs = Runs(operation, aliases, frozenset(extras))  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
 GREP_MODES: dict[str, GrepMode] = {
     "content": "content",
     "files": "files_with_matches",
@@ -25,10 +49,13 @@ GREP_MODES: dict[str, GrepMode] = {
 }
 
 
+@runs("list_dir", depth="max_depth")
 def ls(
     session: Session,
-    path: Annotated[str, typer.Argument(help="Directory to list.")] = WORKSPACE,
-    depth: Annotated[int, typer.Option("--depth", "-d", help="Levels to descend.")] = 2,
+    path: Annotated[str, typer.Argument(help="Directory to list.")] = default("list_dir", "path"),
+    depth: Annotated[int, typer.Option("--depth", "-d", help="Levels to descend.")] = default(
+        "list_dir", "max_depth"
+    ),
 ) -> None:
     """List a directory as a tree (ignored dirs such as .git and node_modules skipped)."""
     result = session.sandbox.list_dir(path, max_depth=depth)
@@ -42,6 +69,7 @@ def ls(
         session.out.note("listing truncated; list a subdirectory or lower --depth")
 
 
+@runs("read_file", start="start_line", end="end_line", extras=("raw",))
 def read(
     session: Session,
     path: PathArg,
@@ -72,6 +100,7 @@ def read(
         session.out.note(hint)
 
 
+@runs("write_file", extras=("from_file",))
 def write(
     session: Session,
     path: PathArg,
@@ -119,6 +148,7 @@ def _write(
     return session.sandbox.write_file(path, text, append=True)
 
 
+@runs("edit_file", replace_all="replace_all")
 def edit(
     session: Session,
     path: PathArg,
@@ -135,10 +165,11 @@ def edit(
     session.out.success(f"Edited {result.path}: {result.replacements} replacement{plural}")
 
 
+@runs("glob", dirs="include_dirs")
 def glob(
     session: Session,
     pattern: Annotated[str, typer.Argument(help="Glob: * ? [..] ** {a,b}.")],
-    path: UnderOpt = WORKSPACE,
+    path: UnderOpt = default("glob", "path"),
     dirs: Annotated[bool, typer.Option("--dirs", help="Include directories.")] = False,
     max_results: Annotated[
         int | None, typer.Option("--max", help="Result cap (clamped to the configured max).")
@@ -154,10 +185,11 @@ def glob(
     session.out.note(render.glob_summary(result))
 
 
+@runs("grep", mode="output_mode", extras=("context",))
 def grep(
     session: Session,
     pattern: Annotated[str, typer.Argument(help="Python `re` pattern (or text with --literal).")],
-    path: UnderOpt = WORKSPACE,
+    path: UnderOpt = default("grep", "path"),
     glob: Annotated[
         str | None, typer.Option("--glob", "-g", help="Only files matching this glob.")
     ] = None,
@@ -167,7 +199,9 @@ def grep(
     case_sensitive: Annotated[
         bool, typer.Option("--case-sensitive", "-s", help="Default is case-insensitive.")
     ] = False,
-    mode: Annotated[str, typer.Option("--mode", help="content | files | count.")] = "content",
+    mode: Annotated[str, typer.Option("--mode", help="content | files | count.")] = default(
+        "grep", "output_mode"
+    ),
     before: Annotated[int, typer.Option("-B", "--before", help="Context lines before.")] = 0,
     after: Annotated[int, typer.Option("-A", "--after", help="Context lines after.")] = 0,
     context: Annotated[
@@ -218,6 +252,7 @@ def grep(
     return EXIT_OK if found else EXIT_NO_MATCH
 
 
+@runs("execute")
 def exec_(
     session: Session,
     command: Annotated[str, typer.Argument(help="Shell command (run with /bin/sh -c).")],
