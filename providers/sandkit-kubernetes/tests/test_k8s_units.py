@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandkit_kubernetes import boot
 from sandkit_kubernetes.options import KubernetesOptions
 from sandkit_kubernetes.spec import deep_merge, label_value, pod_manifest
 
 from sandkit import ErrorCode, SandboxError, SandboxKey, Settings
 from sandkit.agent import protocol as p
 from sandkit.boxkit import Payload, build_payload
+from sandkit.boxkit import bootstrap as boot
 from sandkit.paths import WORKSPACE, Mount, PathMapping, ThreadLayout
 from sandkit.transports.http import HttpTransport
 

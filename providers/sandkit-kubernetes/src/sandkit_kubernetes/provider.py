@@ -29,13 +29,13 @@ from sandkit.boxkit import (
     BoxRecord,
     BoxSandbox,
     ByteStream,
+    bootstrap,
     prepare_host_dirs,
 )
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.provider import SandboxKey
 
-from . import boot
 from .errors import api_error, api_message
 from .options import KubernetesOptions
 from .spec import (
@@ -562,17 +562,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         """The bootstrap starts the agent with config and token sent over its exec stream
         (never a file or argv) and says READY once it listens."""
         stream = self._exec_boot(box, "http")
-        try:
-            stream.write(boot.frame(json.dumps({"config": config, "token": token}).encode()))
-            line = stream.readline()
-        finally:
-            stream.close()
-        if not line.startswith(boot.READY):
-            why = line[len(boot.FAILED) :] if line.startswith(boot.FAILED) else line
-            detail = why.decode("utf-8", "replace").strip() or stream.exit_detail()
-            raise SandboxError(
-                ErrorCode.UNAVAILABLE, f"the HTTP agent did not start: {detail or 'no answer'}"
-            )
+        bootstrap.start_http_agent(stream, stream.readline, config, token)
 
     # -- carrier stdio ----------------------------------------------------------------
 
@@ -584,7 +574,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
                 ErrorCode.UNAVAILABLE, f"sandbox {box.key.sandbox_id} is not running; acquire it"
             )
         payload = self._payload()
-        argv = boot.boot_argv(
+        argv = bootstrap.boot_argv(
             self.options.python,
             mode,
             payload.digest,
@@ -617,15 +607,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             raise api_error(exc, f"starting the agent in pod {name}") from None
         try:
             stream.settimeout(HANDSHAKE_TIMEOUT_S)
-            line = stream.readline()
-            if not line.startswith(boot.BOOT_MAGIC):
-                detail = stream.exit_detail() or line.decode("utf-8", "replace").strip()
-                raise SandboxError(
-                    ErrorCode.UNAVAILABLE,
-                    f"the agent bootstrap did not start in pod {name}: {detail or 'no answer'}",
-                )
-            have = line[len(boot.BOOT_MAGIC) :].strip().decode("ascii", "replace")
-            stream.write(boot.frame(payload.archive if have != payload.digest else b""))
+            bootstrap.install(stream, stream.readline, payload, f"pod {name}")
         except BaseException:
             stream.close()
             raise

@@ -14,10 +14,10 @@ import re
 from typing import Any
 
 from sandkit.boxkit import AGENT_DIR
+from sandkit.boxkit.bootstrap import INIT
 from sandkit.paths import OUTPUTS, UPLOADS, WORKSPACE, ThreadLayout
 from sandkit.provider import SandboxKey
 
-from .boot import INIT
 from .options import KubernetesOptions
 
 LABEL_SANDBOX_ID = "sandkit.sandbox-id"

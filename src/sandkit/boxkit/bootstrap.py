@@ -1,6 +1,10 @@
-"""The two small programs the provider runs in a pod with the image's own python3.
+"""Getting the agent into a box through nothing but an exec stream (stdlib programs).
 
-`INIT` is the container's main process: it reaps orphans and exits at once on
+For platforms that can start a process in a box with stdin/stdout attached
+but cannot copy files in (a Kubernetes pod's `pods/exec`, a namespace entered
+with nsenter): two small programs run with the image's own python3.
+
+`INIT` is a box's main process: it reaps orphans and exits at once on
 SIGTERM (python3 as PID 1 would otherwise ignore it and every pod deletion
 would wait out the grace period).
 
@@ -27,7 +31,14 @@ Both run on python3 >= 3.9 with the standard library only.
 
 from __future__ import annotations
 
+import json
 import struct
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ErrorCode, SandboxError
+from ..transports.streams import ByteStream
+from .payload import Payload
 
 BOOT_MAGIC = b"sandkit-boot 1 "
 READY = b"sandkit-boot ready "
@@ -184,3 +195,37 @@ def boot_argv(
 
 def frame(data: bytes) -> bytes:
     return LENGTH.pack(len(data)) + data
+
+
+def install(
+    stream: ByteStream, readline: Callable[[], bytes], payload: Payload, where: str
+) -> None:
+    """Answer BOOT's greeting on a fresh exec: send the payload when the box lacks this
+    version (or holds a copy whose agent fails the check), else an empty frame."""
+    line = readline()
+    if not line.startswith(BOOT_MAGIC):
+        detail = stream.exit_detail() or line.decode("utf-8", "replace").strip()
+        raise SandboxError(
+            ErrorCode.UNAVAILABLE,
+            f"the agent bootstrap did not start in {where}: {detail or 'no answer'}",
+        )
+    have = line[len(BOOT_MAGIC) :].strip().decode("ascii", "replace")
+    stream.write(frame(payload.archive if have != payload.digest else b""))
+
+
+def start_http_agent(
+    stream: ByteStream, readline: Callable[[], bytes], config: dict[str, Any], token: str
+) -> None:
+    """After `install` in mode http: hand BOOT the agent's config and token (over the
+    stream, never a file or argv); returns once it says the agent listens."""
+    try:
+        stream.write(frame(json.dumps({"config": config, "token": token}).encode()))
+        line = readline()
+    finally:
+        stream.close()
+    if not line.startswith(READY):
+        why = line[len(FAILED) :] if line.startswith(FAILED) else line
+        detail = why.decode("utf-8", "replace").strip() or stream.exit_detail()
+        raise SandboxError(
+            ErrorCode.UNAVAILABLE, f"the HTTP agent did not start: {detail or 'no answer'}"
+        )
