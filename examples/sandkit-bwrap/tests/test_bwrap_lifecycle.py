@@ -12,8 +12,7 @@ import pytest
 from bwrap_support import alive, live_processes
 from sandkit_bwrap import BwrapProvider
 
-from sandkit import ErrorCode, SandboxError, SandboxKey, Settings, create_provider
-from sandkit.sandbox import Sandbox
+from sandkit import ErrorCode, Sandbox, SandboxError, SandboxKey, Settings, create_provider
 
 ProviderFactory = Callable[..., BwrapProvider]
 

@@ -145,8 +145,8 @@ def install_payload(state_dir: Path, archive: bytes, digest: str) -> Path:
     return opt
 
 
-def write_etc(state_dir: Path, uid: int, gid: int, home: str) -> dict[str, Path]:
-    """The box's own passwd, group and hosts (the host's list no user of the box)."""
+def write_etc(state_dir: Path, uid: int, gid: int, home: str) -> None:
+    """The box's own passwd, group and hosts (the host's name none of the box's users)."""
     etc = state_dir / "etc"
     etc.mkdir(mode=0o755, exist_ok=True)
     texts = {
@@ -155,12 +155,9 @@ def write_etc(state_dir: Path, uid: int, gid: int, home: str) -> dict[str, Path]
         "group": f"root:x:0:\nsandbox:x:{gid}:\n",
         "hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n",
     }
-    files = {}
     for name, text in texts.items():
-        path = files[name] = etc / name
-        path.write_text(text)
-        path.chmod(0o644)
-    return files
+        (etc / name).write_text(text)
+        (etc / name).chmod(0o644)
 
 
 def start_box(

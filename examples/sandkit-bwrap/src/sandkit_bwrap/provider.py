@@ -24,6 +24,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from sandkit import SandboxKey, Settings
 from sandkit.boxkit import (
     AGENT_DIR,
     AGENT_PATH,
@@ -32,10 +33,8 @@ from sandkit.boxkit import (
     ByteStream,
     prepare_host_dirs,
 )
-from sandkit.config import Settings
 from sandkit.errors import SandboxError
 from sandkit.paths import WORKSPACE, PathMapping, ThreadLayout
-from sandkit.provider import SandboxKey
 from sandkit.transports import SubprocessStream
 
 from . import box as host
