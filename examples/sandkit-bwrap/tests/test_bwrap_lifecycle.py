@@ -197,6 +197,17 @@ def test_the_box_is_bounded(make_provider: ProviderFactory) -> None:
     assert box.execute("echo still here").stdout == "still here\n"
 
 
+def test_idle_boxes_are_reaped(make_provider: ProviderFactory, data_root: Path) -> None:
+    provider = make_provider()
+    k = key("idle")
+    provider.acquire(k).write_file("kept.txt", "kept")
+    pid = pid_of(provider, k)
+    assert provider.reap_idle(3600) == []
+    assert provider.reap_idle(0) == [k]
+    assert not alive(pid) and provider.get(k) is None
+    assert host_file(data_root, k, "workspace/kept.txt").read_text() == "kept"
+
+
 def test_max_running(make_provider: ProviderFactory) -> None:
     provider = make_provider(max_running=1)
     provider.acquire(key("first"))
