@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +25,7 @@ from sandkit.tools import SPECS, SandboxTools
 from sandkit.tools.specs import ToolSpec
 
 OPS = sorted(OPERATIONS.values(), key=lambda op: op.name)
-NOT_OPERATIONS = {"call", "acall", "close", "limits", "sandbox_id"}
+NOT_OPERATIONS = {"call", "acall", "open_stream", "close", "limits", "sandbox_id"}
 
 
 def params(fn: Callable[..., Any]) -> list[inspect.Parameter]:
@@ -43,9 +43,18 @@ def test_sandbox_sync_and_async_match_the_runtime(op: Operation) -> None:
         method = getattr(Sandbox, name)
         assert shape(params(method)) == runtime, f"Sandbox.{name} differs from the runtime"
     hints = typing.get_type_hints(getattr(Sandbox, op.name))
-    expected = bytes if op.bytes_result else getattr(models, op.result)
-    assert hints["return"] is expected
-    assert inspect.iscoroutinefunction(getattr(Sandbox, "a" + op.name))
+    expected: Any = bytes if op.bytes_result else getattr(models, op.result)
+    twin = getattr(Sandbox, "a" + op.name)
+    if op.streaming:  # events, then the result
+        expected = Iterator[models.OutputChunk | expected]
+        assert inspect.isasyncgenfunction(twin)
+        assert (
+            typing.get_type_hints(twin)["return"]
+            == AsyncIterator[models.OutputChunk | models.ExecuteResult]
+        )
+    else:
+        assert inspect.iscoroutinefunction(twin)
+    assert hints["return"] == expected
 
 
 def test_every_public_sandbox_operation_is_in_the_table() -> None:
@@ -112,8 +121,10 @@ def _commands() -> list[tuple[str, Callable[..., Any], commands.Runs]]:
 
 def test_the_cli_runs_every_operation_but_the_bytes_ones() -> None:
     ran = {runs.operation for _, _, runs in _commands()}
-    # read_bytes and write_bytes are `read --raw` and `write --from-file`/stdin.
-    assert ran == set(OPERATIONS) - {"read_bytes", "write_bytes"}
+    # read_bytes and write_bytes are `read --raw` and `write --from-file`/stdin; `exec`
+    # streams (execute_stream takes execute's parameters, checked below).
+    assert ran == set(OPERATIONS) - {"read_bytes", "write_bytes", "execute"}
+    assert OPERATIONS["execute"].parameters == OPERATIONS["execute_stream"].parameters
 
 
 @pytest.mark.parametrize("command", _commands(), ids=lambda c: c[0])

@@ -76,6 +76,9 @@ class LimitsSettings(BaseModel):
     exec_default_timeout_s: float = Field(_DEFAULTS.exec_default_timeout_s, gt=0, le=86_400)
     exec_max_timeout_s: float = Field(_DEFAULTS.exec_max_timeout_s, gt=0, le=86_400)
     exec_output_bytes: int = Field(_DEFAULTS.exec_output_bytes, ge=1 * KIB, le=16 * MIB)
+    process_max_live: int = Field(_DEFAULTS.process_max_live, ge=1, le=256)
+    process_output_bytes: int = Field(_DEFAULTS.process_output_bytes, ge=4 * KIB, le=64 * MIB)
+    process_wait_max_s: float = Field(_DEFAULTS.process_wait_max_s, gt=0, le=600)
     # The local provider's bound on its commands (docs/providers/local.md); Docker,
     # Kubernetes and E2B boxes are bounded by their own options.
     exec_max_processes: int = Field(_DEFAULTS.exec_max_processes, ge=8, le=4096)
@@ -137,6 +140,11 @@ class Settings(BaseSettings):
     secrets: list[SecretStr] = Field(default_factory=list)
     scrubbed_env: list[str] = Field(default_factory=lambda: list(DEFAULT_SCRUBBED_ENV))
     idle_timeout_s: float = Field(1800.0, gt=0)
+    reap_running_processes: bool = Field(
+        False,
+        description="Idle reaping also releases a sandbox whose background processes run "
+        "(by default such a sandbox counts as in use).",
+    )
     providers: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per-provider options, e.g. providers.docker.image."
     )

@@ -99,6 +99,57 @@ class ExecuteResult(_Model):
     duration_ms: float
 
 
+Stream = Literal["stdout", "stderr"]
+
+
+class OutputChunk(_Model):
+    """A piece of a command's output, in the order it was produced."""
+
+    stream: Stream
+    text: str = Field(description="Cleaned like execute's output (secrets, real paths).")
+    elided: bool = Field(
+        default=False,
+        description="execute_stream: from here this stream's middle is cut (text empty); "
+        "its tail comes with the final ExecuteResult.",
+    )
+
+
+class ProcessInfo(_Model):
+    handle: str = Field(description="Stable id of the background process (p-...).")
+    pid: int = Field(description="Its pid (and process group) inside the sandbox.")
+    command: str
+    cwd: str = Field(description="Virtual working directory.")
+    started_at: float = Field(description="Unix time of the start.")
+    running: bool
+    exit_code: int | None = Field(
+        default=None, description="Once it has ended; a signal death reads 128 + the signal."
+    )
+    ended_at: float | None = None
+
+
+class ProcessOutput(_Model):
+    handle: str
+    chunks: list[OutputChunk] = Field(description="Output after `since`, both streams in order.")
+    offset: int = Field(description="Pass as `since` next time to get only what is new.")
+    elided_bytes: int = Field(
+        default=0, description="Bytes after `since` that were not kept (the buffer's middle)."
+    )
+    running: bool
+    exit_code: int | None = None
+
+    @property
+    def stdout(self) -> str:
+        return "".join(c.text for c in self.chunks if c.stream == "stdout")
+
+    @property
+    def stderr(self) -> str:
+        return "".join(c.text for c in self.chunks if c.stream == "stderr")
+
+
+class ProcessList(_Model):
+    processes: list[ProcessInfo]
+
+
 class SandboxInfo(_Model):
     sandbox_id: str
     user_id: str

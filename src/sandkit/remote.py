@@ -20,7 +20,7 @@ from .agent.protocol import agent_config
 from .errors import ErrorCode, SandboxError
 from .runtime.limits import Limits
 from .sandbox import Sandbox
-from .transports.base import Transport
+from .transports.base import StreamCall, Transport
 from .transports.http import HttpTransport
 from .transports.stdio import StdioTransport
 
@@ -61,10 +61,15 @@ class RemoteSandbox(Sandbox):
 
     def deadline(self, method: str, params: dict[str, Any]) -> float:
         """Seconds the client waits for `method` before giving up with TIMEOUT."""
-        if method != "execute":
+        limits = self.limits
+        if method in ("process_output", "wait_process"):  # long polls, capped by the agent
+            given = params.get("wait_s" if method == "process_output" else "timeout")
+            waited = limits.process_wait_max_s if given is None else _positive_number(given)
+            return min(waited or 0.0, limits.process_wait_max_s) + self.op_timeout_s
+        if method not in ("execute", "execute_stream"):
             return self.op_timeout_s
         given = params.get("timeout")
-        timeout = self.limits.exec_default_timeout_s
+        timeout = limits.exec_default_timeout_s
         # A timeout the agent will refuse (NaN, negative, a string) still needs
         # a sane deadline for the round trip that brings the refusal back.
         number = _positive_number(given)
@@ -90,6 +95,11 @@ class RemoteSandbox(Sandbox):
         wire = p.encode_params(method, params)
         result = await self.transport.acall(method, wire, self.deadline(method, params))
         return p.decode_result(method, result)
+
+    def open_stream(self, method: str, params: dict[str, Any]) -> StreamCall:
+        self._check_open()
+        wire = p.encode_params(method, params)
+        return self.transport.open_stream(method, wire, self.deadline(method, params))
 
     def ping(self, timeout: float = 10.0) -> float:
         """Round trip to the agent in seconds (UNAVAILABLE/TIMEOUT when it is gone)."""

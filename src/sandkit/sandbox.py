@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from .errors import ErrorCode, SandboxError
 from .models import (
     EditResult,
     ExecuteResult,
@@ -24,11 +26,16 @@ from .models import (
     GrepMode,
     GrepResult,
     ListDirResult,
+    OutputChunk,
+    ProcessInfo,
+    ProcessList,
+    ProcessOutput,
     ReadFileResult,
     WriteResult,
 )
 from .runtime.limits import Limits
 from .runtime.pathmap import WORKSPACE
+from .transports.base import StreamCall
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -47,6 +54,10 @@ class Sandbox(abc.ABC):
     async def acall(self, method: str, params: dict[str, Any]) -> Any:
         """Async `call`; the default runs `call` in a worker thread."""
         return await asyncio.to_thread(self.call, method, params)
+
+    def open_stream(self, method: str, params: dict[str, Any]) -> StreamCall:
+        """Start a streaming operation; its items are events, then its result."""
+        raise SandboxError(ErrorCode.UNAVAILABLE, f"{type(self).__name__} cannot stream")
 
     @property
     def limits(self) -> Limits:
@@ -118,6 +129,45 @@ class Sandbox(abc.ABC):
     ) -> ExecuteResult:
         return self._run(ExecuteResult, "execute", locals())
 
+    def execute_stream(
+        self,
+        command: str,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> Iterator[OutputChunk | ExecuteResult]:
+        """`execute`, with its output as it happens: OutputChunks in order, then the
+        ExecuteResult `execute` would return. Stopping the iteration ends the command."""
+        stream = self.open_stream("execute_stream", _params(locals()))
+        try:
+            for item in stream:
+                if "event" in item:
+                    yield OutputChunk.model_validate(item["event"])
+                else:
+                    yield ExecuteResult.model_validate(item["result"])
+        finally:
+            stream.cancel()
+
+    def spawn(
+        self, command: str, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> ProcessInfo:
+        return self._run(ProcessInfo, "spawn", locals())
+
+    def process_output(self, handle: str, since: int = 0, wait_s: float = 0.0) -> ProcessOutput:
+        return self._run(ProcessOutput, "process_output", locals())
+
+    def write_stdin(self, handle: str, data: str = "", eof: bool = False) -> ProcessInfo:
+        return self._run(ProcessInfo, "write_stdin", locals())
+
+    def signal_process(self, handle: str, signal: str | int = "TERM") -> ProcessInfo:
+        return self._run(ProcessInfo, "signal_process", locals())
+
+    def wait_process(self, handle: str, timeout: float | None = None) -> ProcessInfo:
+        return self._run(ProcessInfo, "wait_process", locals())
+
+    def list_processes(self) -> ProcessList:
+        return self._run(ProcessList, "list_processes", locals())
+
     # -- async twins ----------------------------------------------------------------
 
     async def aread_file(
@@ -175,6 +225,80 @@ class Sandbox(abc.ABC):
         cwd: str | None = None,
     ) -> ExecuteResult:
         return await self._arun(ExecuteResult, "execute", locals())
+
+    async def aexecute_stream(
+        self,
+        command: str,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> AsyncIterator[OutputChunk | ExecuteResult]:
+        """Async `execute_stream`: cancelling the consumer (or leaving the loop) ends the
+        command."""
+        stream = await asyncio.to_thread(self.open_stream, "execute_stream", _params(locals()))
+        try:
+            async for item in _bridge(stream):
+                if "event" in item:
+                    yield OutputChunk.model_validate(item["event"])
+                else:
+                    yield ExecuteResult.model_validate(item["result"])
+        finally:
+            stream.cancel()
+
+    async def aspawn(
+        self, command: str, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> ProcessInfo:
+        return await self._arun(ProcessInfo, "spawn", locals())
+
+    async def aprocess_output(
+        self, handle: str, since: int = 0, wait_s: float = 0.0
+    ) -> ProcessOutput:
+        return await self._arun(ProcessOutput, "process_output", locals())
+
+    async def awrite_stdin(self, handle: str, data: str = "", eof: bool = False) -> ProcessInfo:
+        return await self._arun(ProcessInfo, "write_stdin", locals())
+
+    async def asignal_process(self, handle: str, signal: str | int = "TERM") -> ProcessInfo:
+        return await self._arun(ProcessInfo, "signal_process", locals())
+
+    async def await_process(self, handle: str, timeout: float | None = None) -> ProcessInfo:
+        return await self._arun(ProcessInfo, "wait_process", locals())
+
+    async def alist_processes(self) -> ProcessList:
+        return await self._arun(ProcessList, "list_processes", locals())
+
+
+async def _bridge(stream: StreamCall) -> AsyncIterator[dict[str, Any]]:
+    """A blocking stream's items on the event loop, read by one worker thread."""
+    loop = asyncio.get_running_loop()
+    items: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def put(kind: str, value: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+            loop.call_soon_threadsafe(items.put_nowait, (kind, value))
+
+    def pump() -> None:
+        try:
+            for item in stream:
+                put("item", item)
+            put("end", None)
+        except BaseException as exc:
+            put("error", exc)
+
+    reader = asyncio.ensure_future(asyncio.to_thread(pump))
+    try:
+        while True:
+            kind, value = await items.get()
+            if kind == "item":
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                return
+    finally:
+        stream.cancel()  # wakes the reader thread
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(reader)
 
 
 def _params(args: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,8 @@ and reports on stdout, one line each, flushed:
 - `STARTED <op>`: `busy` mode is about to run `op` (execute, write, grep);
 - `WROTE <n>`: `rewrite` mode finished writing version n of `rewrite_path`.
 
+`limits` in the spec (a dict) changes the hardening limits the provider runs with.
+
 Then it keeps going (busy: the op; rewrite: the next version) until killed.
 """
 
@@ -153,10 +155,13 @@ def _busy(box: Sandbox, op: str, path: str) -> None:
 
 
 def main(spec: dict[str, Any]) -> None:
-    from .targets import BUILDERS
+    from .targets import BUILDERS, LIMITS
 
     target = BUILDERS[spec["kind"]]()
-    provider = target.make(Path(spec["data_root"]), **spec.get("settings", {}))
+    settings: dict[str, Any] = dict(spec.get("settings", {}))
+    if "limits" in spec:  # changes to the hardening limits, e.g. a longer search timeout
+        settings["limits"] = LIMITS.model_copy(update=spec["limits"])
+    provider = target.make(Path(spec["data_root"]), **settings)
     boxes = {}
     for user, thread, tag in spec.get("seed", []):
         boxes[tag] = box = provider.acquire(SandboxKey(user, thread))

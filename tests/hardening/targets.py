@@ -2,9 +2,9 @@
 
 A `Target` knows how to make a provider of its kind on a data root, how to list
 the boxes of ours that exist (running or not), and how to kill a box out from
-under the provider (a crashed container, an evicted pod). Local has no box:
-its "boxes" are the sandboxes the provider still tracks, and it cannot be
-killed from outside (`can_kill_box` is False).
+under the provider (a crashed container, an evicted pod) and tell when it is
+really dead. Local has no box: its "boxes" are the sandboxes the provider
+still tracks, and it cannot be killed from outside (`can_kill_box` is False).
 
 Docker and Kubernetes are real (a local engine, the dev cluster); E2B runs over
 the Docker-backed stand-in of `providers/sandkit-e2b/tests/e2b_standin.py`,
@@ -18,6 +18,7 @@ import dataclasses
 import importlib.util
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +55,8 @@ SECRET = "sk-hardening-5e1f0c9a7d3b-never-print"
 LIMITS = LimitsSettings(search_timeout_s=3.0)
 
 API_KEY = "e2b_standin_hardening_key"  # the stand-in accepts any key
+# A killed box must be dead within this (polled: a quiet machine waits a second at most).
+DEATH_WAIT_S = 60.0
 
 Factory = Callable[..., SandboxProvider]
 
@@ -65,7 +68,7 @@ class Target:
     kind: str
     build: Callable[[Settings, dict[str, Any]], SandboxProvider]
     list_boxes: Callable[[SandboxProvider], list[str]]
-    kill: Callable[[SandboxKey], None] | None = None
+    kill: Callable[[SandboxKey], float] | None = None
     isolates_execute: bool = True  # False for local: commands run on the host
     cleanup: Callable[[], None] = lambda: None
 
@@ -96,9 +99,24 @@ class Target:
         """Our boxes that still exist (any state): what must be empty after shutdown."""
         return self.list_boxes(provider)
 
-    def kill_box(self, key: SandboxKey) -> None:
+    def kill_box(self, key: SandboxKey) -> float:
+        """Kill the box of `key` as its platform would, and wait until it is really dead.
+
+        Returns when (time.monotonic) it was first seen dead. A kill request takes
+        effect later on some platforms (a deleted pod runs until the kubelet stops
+        it), and calls made in between may still succeed.
+        """
         assert self.kill is not None, f"{self.kind} has no box to kill"
-        self.kill(key)
+        return self.kill(key)
+
+
+def wait_dead(dead: Callable[[], bool], what: str, wait_s: float = DEATH_WAIT_S) -> float:
+    """Poll `dead()` until it holds; the monotonic time it first did."""
+    deadline = time.monotonic() + wait_s
+    while not dead():
+        assert time.monotonic() < deadline, f"{what} still runs {wait_s:.0f} s after its kill"
+        time.sleep(0.05)
+    return time.monotonic()
 
 
 def forbidden_for(data_root: Path) -> list[str]:
@@ -152,11 +170,25 @@ def docker_target() -> Target:
         found = client.containers.list(all=True, filters={"label": f"sandkit.owner={owner}"})
         return [c.name for c in found]
 
-    def kill(key: SandboxKey) -> None:
-        for container in client.containers.list(
-            filters={"label": f"sandkit.sandbox-id={key.sandbox_id}"}
-        ):
+    def kill(key: SandboxKey) -> float:
+        """SIGKILL the container; dead once the engine says it no longer runs."""
+        import docker.errors
+
+        found = client.containers.list(filters={"label": f"sandkit.sandbox-id={key.sandbox_id}"})
+        for container in found:
             container.kill()
+
+        def dead() -> bool:
+            for container in found:
+                try:
+                    container.reload()
+                except docker.errors.NotFound:
+                    continue
+                if container.attrs["State"]["Running"]:
+                    return False
+            return True
+
+        return wait_dead(dead, f"container of {key.sandbox_id}")
 
     def cleanup() -> None:
         for container in client.containers.list(
@@ -212,12 +244,21 @@ def kubernetes_target() -> Target:
         pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"sandkit.owner={owner}")
         return [p.metadata.name for p in pods.items]
 
-    def kill(key: SandboxKey) -> None:
+    def kill(key: SandboxKey) -> float:
+        """Delete the pod at once (an eviction); dead once none of its processes is left.
+
+        With grace 0 the API object goes at once, but the containers run until the
+        kubelet stops them, a second or more later. Their processes are seen in this
+        host's /proc when the node is this machine (the dev cluster); on another node
+        the delete is the best time known.
+        """
         pods = core.list_namespaced_pod(
             NAMESPACE, label_selector=f"sandkit.sandbox-id={key.sandbox_id}"
-        )
-        for pod in pods.items:
+        ).items
+        here = [pod.metadata.uid for pod in pods if pod_processes(pod.metadata.uid)]
+        for pod in pods:
             core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
+        return wait_dead(lambda: not any(pod_processes(uid) for uid in here), f"pod {here}")
 
     def cleanup() -> None:
         with contextlib.suppress(Exception):
@@ -228,6 +269,21 @@ def kubernetes_target() -> Target:
             core.delete_namespace(NAMESPACE)
 
     return Target("kubernetes", build, boxes, kill=kill, cleanup=cleanup)
+
+
+def pod_processes(uid: str) -> int:
+    """Processes on this host in the cgroup of pod `uid` (cgroupfs or systemd naming)."""
+    names = (f"pod{uid}", f"pod{uid.replace('-', '_')}")
+    count = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cgroups = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            continue
+        count += any(name in cgroups for name in names)
+    return count
 
 
 # -- e2b (stand-in) ------------------------------------------------------------------
@@ -268,11 +324,12 @@ def e2b_target() -> Target:
             found.extend(info.sandbox_id for info in pages.next_items())
         return found
 
-    def kill(key: SandboxKey) -> None:
-        """The service kills the sandbox (a crash, an expiry)."""
+    def kill(key: SandboxKey) -> float:
+        """The service kills the sandbox (a crash, an expiry); its container is gone then."""
         for container in cloud.containers(all_states=False):
             if container.labels.get(META_PREFIX + "sandkit.sandbox-id") == key.sandbox_id:
                 cloud.do_kill(container.labels[LABEL_ID])
+        return time.monotonic()
 
     return Target("e2b", build, boxes, kill=kill, cleanup=cloud.remove_all)
 

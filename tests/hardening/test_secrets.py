@@ -160,7 +160,8 @@ def test_secret_never_in_command_output(provider: SandboxProvider, tally: Tally)
         f"{shlex.quote(SECRET[half:])}",
     )
     run("repeated past the cap", _python(f"print({SECRET!r} * 6000)"))
-    run("timed out", f"printf '%s\\n' {s}; sleep 30", timeout=1)
+    # The printf must run before the timeout: 3 s leaves a loaded box time to start the shell.
+    run("timed out", f"printf '%s\\n' {s}; sleep 30", timeout=3)
     run("background child", f"(sleep 0.05; printf '%s\\n' {s}) & printf 'started %s\\n' {s}")
     # Around both cuts: the secret starts k bytes before the end of the head,
     # and a second one ends k bytes after the start of the tail.

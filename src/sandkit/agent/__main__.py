@@ -75,6 +75,11 @@ def _run(args: list[str]) -> int:
     carrier = parser.add_mutually_exclusive_group(required=True)
     carrier.add_argument("--stdio", action="store_true", help="serve JSON-RPC on stdin/stdout")
     carrier.add_argument("--http", metavar="HOST:PORT", help="serve JSON-RPC on POST /rpc")
+    carrier.add_argument(
+        "--procd",
+        metavar="DIR",
+        help="run the box's process supervisor on DIR/sock (started by an agent; config on stdin)",
+    )
     carrier.add_argument("--version", action="version", version=AGENT_VERSION)
     parser.add_argument("--config", metavar="PATH", help="HTTP: JSON config (agent_config)")
     parser.add_argument(
@@ -95,13 +100,22 @@ def _run(args: list[str]) -> int:
     options = parser.parse_args(args)
     if options.workers < 1:
         parser.error("--workers must be >= 1")
+    if options.procd:
+        from ..runtime.procd import serve
+
+        return serve(options.procd)
     if options.stdio:
         if options.config or options.token_file:
             parser.error("--config and --token-file are for --http; stdio gets initialize")
         from .stdio_carrier import serve_stdio
 
-        return serve_stdio(options.workers)
+        return serve_stdio(options.workers, _this_agent())
     return _serve_http(parser, options)
+
+
+def _this_agent() -> list[str]:
+    """The argv that runs this agent program again (for its process supervisor)."""
+    return [sys.executable, "-I", "-S", os.path.abspath(sys.argv[0])]
 
 
 def _serve_http(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -130,7 +144,12 @@ def _serve_http(parser: argparse.ArgumentParser, options: argparse.Namespace) ->
         from .protocol import context_from_config
 
         config = json.loads(_read_file(options.config, options.keep_files))
-        core = AgentCore(context_from_config(config), allow_initialize=False)
+        core = AgentCore(
+            context_from_config(config),
+            allow_initialize=False,
+            config=config,
+            supervisor=_this_agent(),
+        )
         return serve_http(core, host, int(port_text), token, options.workers)
     except (OSError, ValueError) as exc:
         log("cannot start: %s" % exc)

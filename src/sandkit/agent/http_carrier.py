@@ -95,6 +95,13 @@ class _Handler(BaseHTTPRequestHandler):
         except BadRequest as bad:
             self._reply_json(200, bad.response)
             return
+        if request.notify and request.method == p.CANCEL:
+            core.cancel(request)
+            self._reply(204, b"", "application/json")
+            return
+        if core.is_stream(request):
+            self._stream(request)
+            return
         data = self._run(request)
         if data is None:  # a notification: nothing runs, nothing to say
             self._reply(204, b"", "application/json")
@@ -148,12 +155,39 @@ class _Handler(BaseHTTPRequestHandler):
         if core.is_control(request):
             response = core.handle(request)
         else:
-            slots = self.server.exec_slots if request.method == "execute" else self.server.ops_slots
+            slots = (
+                self.server.exec_slots
+                if request.method in p.SLOW_METHODS
+                else self.server.ops_slots
+            )
             with slots:
                 response = core.handle(request)
         if response is None:
             return None
         return core.encode(request, response)
+
+    def _stream(self, request: Request) -> None:
+        """One streaming request: its events and then its response as NDJSON lines in a
+        chunked body. A client that closes the response ends the command."""
+        core = self.server.core
+        with self.server.exec_slots:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            response = core.run_stream(request, self._chunk)
+            try:
+                if response is not None:
+                    self._chunk(core.encode(request, response))
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                response = None
+        if response is None:
+            self.close_connection = True
+
+    def _chunk(self, frame: bytes) -> None:
+        line = frame + b"\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
 
     def _reply_json(
         self, status: int, message: Dict[str, Any], extra: Optional[Dict[str, str]] = None

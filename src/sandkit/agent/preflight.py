@@ -16,6 +16,7 @@ REQUIRED = (
     "base64",
     "binascii",
     "codecs",
+    "collections",
     "concurrent.futures",
     "contextlib",
     "dataclasses",
@@ -25,6 +26,7 @@ REQUIRED = (
     "fnmatch",
     "functools",
     "hashlib",
+    "hmac",
     "importlib",
     "inspect",
     "io",
@@ -33,6 +35,7 @@ REQUIRED = (
     "platform",
     "posixpath",
     "re",
+    "secrets",
     "select",
     "selectors",
     "shutil",
@@ -48,7 +51,7 @@ REQUIRED = (
     "types",
     "typing",
 )
-REQUIRED_HTTP = ("hmac", "http.server", "socketserver")
+REQUIRED_HTTP = ("http.server", "socketserver")
 # Used when present, never a reason not to start.
 OPTIONAL = ("ctypes",)
 MIN_PYTHON = (3, 9)

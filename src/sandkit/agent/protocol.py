@@ -36,6 +36,16 @@ NOT_INITIALIZED = -32002
 # Methods the agent answers itself (inline, never queued behind operations).
 CONTROL_METHODS = frozenset({"initialize", "ping", "info"})
 
+# Operations that send events while they run: each is a notification
+# {"method": EVENT, "params": {"id": <the request's id>, ...}} on the same channel
+# before the response; the client ends one early with the notification
+# {"method": CANCEL, "params": {"id": ...}} (or, over HTTP, by closing the response).
+STREAM_METHODS = frozenset(name for name, op in OPERATIONS.items() if op.streaming)
+EVENT = "event"
+CANCEL = "cancel"
+# Operations that may wait a long time (commands, long polls): their own worker pool.
+SLOW_METHODS = frozenset({"execute", "process_output", "wait_process"} | STREAM_METHODS)
+
 # Operations that change nothing: safe to send again after a dropped channel.
 READ_ONLY_METHODS = frozenset(
     {name for name, op in OPERATIONS.items() if op.read_only} | {"ping", "info"}
@@ -206,6 +216,11 @@ def request(request_id: RequestId, method: str, params: Mapping[str, Any]) -> Di
     # "id" comes right after "jsonrpc" so a peer can still find it in the
     # head of a frame too large to parse (see `find_id`).
     return {"jsonrpc": JSONRPC, "id": request_id, "method": method, "params": params}
+
+
+def event(request_id: RequestId, payload: Mapping[str, Any]) -> Dict[str, Any]:
+    """A notification carrying one event of the running request `request_id`."""
+    return {"jsonrpc": JSONRPC, "method": EVENT, "params": {"id": request_id, **payload}}
 
 
 def result_response(request_id: RequestId, result: Any) -> Dict[str, Any]:

@@ -13,7 +13,7 @@ import platform
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Dict, FrozenSet, Optional
+from typing import Any, Callable, Dict, FrozenSet, List, Optional
 
 from ..runtime.context import Context
 from ..runtime.errors import ErrorCode, SandboxError
@@ -70,15 +70,22 @@ class AgentCore:
         allow_initialize: bool = True,
         runtime_factory: RuntimeFactory = _default_runtime,
         operations: Optional[FrozenSet[str]] = None,
+        config: Optional[Dict[str, Any]] = None,
+        supervisor: Optional[List[str]] = None,
     ) -> None:
+        """`supervisor` is the argv of this agent program: with it, background processes
+        go to the box's supervisor (started from it when needed, see runtime/procd.py);
+        `config` is the config `context` was built from (it keys the supervisor)."""
         self._lock = threading.Lock()
         self._allow_initialize = allow_initialize
         self._runtime_factory = runtime_factory
         self._operations = operations
+        self._supervisor = supervisor
+        self._streams: Dict[Any, Any] = {}
         self.context: Optional[Context] = None
         self._runtime: Any = None
         if context is not None:
-            self._install(context)
+            self._install(context, config)
 
     @property
     def operations(self) -> FrozenSet[str]:
@@ -93,7 +100,15 @@ class AgentCore:
             return p.PRE_INITIALIZE_FRAME_BYTES
         return p.max_frame_bytes(context.limits)
 
-    def _install(self, context: Context) -> None:
+    def _install(self, context: Context, config: Optional[Dict[str, Any]]) -> None:
+        if self._supervisor is not None and config is not None and context.execute_enabled:
+            import dataclasses
+            import tempfile
+
+            from ..runtime.procd import ProcdClient
+
+            client = ProcdClient(context, config, self._supervisor, tempfile.gettempdir())
+            context = dataclasses.replace(context, processes=client)
         self._runtime = self._runtime_factory(context)
         self.context = context
 
@@ -187,6 +202,53 @@ class AgentCore:
             return self.internal_error(request, exc)
         return p.result_response(request.id, result)
 
+    def is_stream(self, request: Request) -> bool:
+        return request.method in p.STREAM_METHODS and not request.notify
+
+    def run_stream(
+        self, request: Request, send: Callable[[bytes], None]
+    ) -> Optional[Dict[str, Any]]:
+        """Run a streaming request: each event goes out through `send` (one frame) as it
+        happens; returns the final response, or None when the client went away (a failed
+        send or a cancel ends the command)."""
+        from ..runtime.process import Cancel, Cancelled
+
+        runtime = self._runtime
+        if runtime is None:
+            return self.handle(request)  # the usual not-initialized answer
+        cancel = Cancel()
+        with self._lock:
+            self._streams[request.id] = cancel
+
+        def emit(payload: Dict[str, Any]) -> None:
+            if cancel.is_set():
+                return
+            try:
+                send(p.dumps(p.event(request.id, payload)))
+            except (OSError, ValueError):
+                cancel.set()  # nobody reads the events any more: end the command
+
+        try:
+            result = runtime.stream(request.method, request.params, emit, cancel)
+        except Cancelled:
+            return None
+        except SandboxError as exc:
+            return p.error_response(request.id, p.SANDBOX_ERROR, exc)
+        except Exception as exc:
+            return self.internal_error(request, exc)
+        finally:
+            with self._lock:
+                self._streams.pop(request.id, None)
+            cancel.close()
+        return p.result_response(request.id, result)
+
+    def cancel(self, request: Request) -> None:
+        """The client gave up on a running stream: end its command (unknown ids: nothing)."""
+        with self._lock:
+            cancel = self._streams.get(request.params.get("id"))
+        if cancel is not None:
+            cancel.set()
+
     def internal_error(self, request: Request, exc: BaseException) -> Dict[str, Any]:
         # The traceback names files of this process; it goes to the log, and
         # the caller gets only the exception type.
@@ -243,7 +305,7 @@ class AgentCore:
         with self._lock:
             if self.context is not None:
                 raise SandboxError(ErrorCode.INVALID_ARGUMENT, "the agent is already initialized")
-            self._install(p.context_from_config(params))
+            self._install(p.context_from_config(params), params)
         return {
             "agent_version": AGENT_VERSION,
             "protocol_version": PROTOCOL_VERSION,

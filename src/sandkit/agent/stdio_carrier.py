@@ -9,10 +9,11 @@ so long commands cannot starve file operations.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, BinaryIO, Dict, Optional
+from typing import Any, BinaryIO, Dict, List, Optional
 
 from . import protocol as p
 from .server import AgentCore, BadRequest, Request, log
@@ -80,11 +81,25 @@ class StdioServer:
         except BadRequest as bad:
             self._send(p.dumps(bad.response))
             return
+        if request.notify and request.method == p.CANCEL:
+            self.core.cancel(request)
+            return
         if self.core.is_control(request):
             self._run(request)
             return
-        pool = self._exec if request.method == "execute" else self._ops
+        if self.core.is_stream(request):
+            self._exec.submit(self._run_stream, request)
+            return
+        pool = self._exec if request.method in p.SLOW_METHODS else self._ops
         pool.submit(self._run, request)
+
+    def _run_stream(self, request: Request) -> None:
+        try:
+            response = self.core.run_stream(request, self._send_or_raise)
+            if response is not None:
+                self._send(self.core.encode(request, response))
+        except BaseException as exc:
+            self._send(self.core.encode(request, self.core.internal_error(request, exc)))
 
     def _run(self, request: Request) -> None:
         try:
@@ -95,15 +110,21 @@ class StdioServer:
             self._send(self.core.encode(request, self.core.internal_error(request, exc)))
 
     def _send(self, data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            self._send_or_raise(data)
+
+    def _send_or_raise(self, data: bytes) -> None:
+        """Write one frame; OSError when the client is gone (a stream then ends)."""
         with self._write_lock:
             if self._broken:
-                return
+                raise BrokenPipeError("the client is gone")
             try:
                 _write_all(self._out, data + b"\n")
             except (OSError, ValueError) as exc:
                 # The client is gone; keep draining so running work can finish.
                 self._broken = True
                 log("stdout closed: %s" % exc)
+                raise BrokenPipeError(str(exc)) from None
 
 
 def _write_all(out: BinaryIO, data: bytes) -> None:
@@ -115,7 +136,7 @@ def _write_all(out: BinaryIO, data: bytes) -> None:
         view = view[written:]
 
 
-def serve_stdio(workers: int = 8) -> int:
+def serve_stdio(workers: int = 8, supervisor: Optional[List[str]] = None) -> int:
     proto_in, proto_out = detach_stdio()
-    StdioServer(AgentCore(), proto_in, proto_out, workers).serve()
+    StdioServer(AgentCore(supervisor=supervisor), proto_in, proto_out, workers).serve()
     return 0

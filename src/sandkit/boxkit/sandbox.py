@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import ErrorCode, SandboxError
 from ..provider import SandboxKey
 from ..remote import RemoteSandbox
-from ..transports.base import Transport
+from ..transports.base import StreamCall, Transport
 
 
 class BoxSandbox(RemoteSandbox):
@@ -39,18 +39,28 @@ class BoxSandbox(RemoteSandbox):
 
     @contextlib.contextmanager
     def _running(self) -> Iterator[None]:
-        with self._inflight_lock:
-            self._inflight += 1
+        self._enter()
         try:
             yield
-        except SandboxError as exc:
-            if exc.code is ErrorCode.UNAVAILABLE and self._on_unavailable is not None:
-                self._on_unavailable()
+        except BaseException as exc:
+            self._leave(exc)
             raise
-        finally:
-            with self._inflight_lock:
-                self._inflight -= 1
-            self.last_used = time.monotonic()
+        self._leave(None)
+
+    def _enter(self) -> None:
+        with self._inflight_lock:
+            self._inflight += 1
+
+    def _leave(self, exc: BaseException | None) -> None:
+        with self._inflight_lock:
+            self._inflight -= 1
+        self.last_used = time.monotonic()
+        if (
+            isinstance(exc, SandboxError)
+            and exc.code is ErrorCode.UNAVAILABLE
+            and self._on_unavailable is not None
+        ):
+            self._on_unavailable()
 
     def call(self, method: str, params: dict[str, Any]) -> Any:
         with self._running():
@@ -60,6 +70,45 @@ class BoxSandbox(RemoteSandbox):
         with self._running():
             return await super().acall(method, params)
 
+    def open_stream(self, method: str, params: dict[str, Any]) -> StreamCall:
+        """Busy (never reaped) from the start of the stream to its end or cancel."""
+        self._enter()
+        try:
+            stream = super().open_stream(method, params)
+        except BaseException as exc:
+            self._leave(exc)
+            raise
+        return _Tracked(stream, self._leave)
+
     def idle_since(self, cutoff: float) -> bool:
         """Open, no call running, and last used before `cutoff` (a monotonic time)."""
         return not self.closed and not self.busy and self.last_used < cutoff
+
+
+class _Tracked(StreamCall):
+    """A stream that tells its sandbox, once, when it is over (and how)."""
+
+    def __init__(self, inner: StreamCall, done: Callable[[BaseException | None], None]) -> None:
+        self._inner = inner
+        self._done = done
+        self._over = False
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            yield from self._inner
+        except BaseException as exc:
+            self._finish(exc)
+            raise
+        self._finish(None)
+
+    def cancel(self) -> None:
+        self._inner.cancel()
+        self._finish(None)
+
+    def _finish(self, exc: BaseException | None) -> None:
+        with self._lock:
+            if self._over:
+                return
+            self._over = True
+        self._done(exc)

@@ -7,6 +7,7 @@ run in a cgroup of their own (or under rlimits), see `hostlimits`.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -17,11 +18,14 @@ from ..paths import ThreadLayout
 from ..provider import SandboxKey, SandboxProvider
 from ..runtime.context import Context
 from ..runtime.limits import Limits
+from ..runtime.processes import ProcessTable
 from ..runtime.search import find_rg
 from ..runtime.service import Runtime
 from ..sandbox import Sandbox
+from ..transports.base import StreamCall
 from .hostlimits import ProcessBounds
 from .hostlimits import create as create_bounds
+from .streams import ThreadStream
 
 
 class LocalSandbox(Sandbox):
@@ -39,15 +43,35 @@ class LocalSandbox(Sandbox):
         return self.runtime.context.limits
 
     def call(self, method: str, params: dict[str, Any]) -> Any:
+        self._check_open()
+        return self.runtime.call(method, params)
+
+    def open_stream(self, method: str, params: dict[str, Any]) -> StreamCall:
+        self._check_open()
+        runtime = self.runtime
+        return ThreadStream(
+            lambda emit, cancel: runtime.stream(method, params, emit, cancel),
+            name=f"sandkit-local-{method}",
+        )
+
+    def close(self) -> None:
+        """Later calls fail with UNAVAILABLE; background processes are ended."""
+        self._closed = True
+        processes = self.runtime.context.processes
+        if processes is not None:
+            processes.end_all()
+
+    @property
+    def running_processes(self) -> int:
+        processes = self.runtime.context.processes
+        return len([p for p in processes.list()["processes"] if p["running"]]) if processes else 0
+
+    def _check_open(self) -> None:
         if self._closed:
             raise SandboxError(
                 ErrorCode.UNAVAILABLE, f"sandbox {self.sandbox_id} was released; acquire it again"
             )
         self.last_used = time.monotonic()
-        return self.runtime.call(method, params)
-
-    def close(self) -> None:
-        self._closed = True
 
 
 def build_context(
@@ -56,7 +80,7 @@ def build_context(
     rg_path: str | None,
     bounds: ProcessBounds | None = None,
 ) -> Context:
-    return Context(
+    context = Context(
         mapping=layout.host_mapping(),
         limits=settings.limits.to_limits(),
         rg_path=rg_path,
@@ -65,6 +89,10 @@ def build_context(
         scrubbed_env=tuple(settings.scrubbed_env),
         bounds=bounds,
     )
+    if not settings.execute_enabled:
+        return context
+    # Background processes live in this process: no box outlives it (docs/providers/local.md).
+    return dataclasses.replace(context, processes=ProcessTable(context))
 
 
 class LocalProvider(SandboxProvider):
@@ -138,8 +166,13 @@ class LocalProvider(SandboxProvider):
 
     def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
         cutoff = time.monotonic() - max_idle_s
+        spare_running = not self.settings.reap_running_processes
         with self._lock:
-            idle = [k for k, s in self._active.items() if s.last_used < cutoff]
+            idle = [
+                k
+                for k, s in self._active.items()
+                if s.last_used < cutoff and not (spare_running and s.running_processes)
+            ]
         for key in idle:
             self.release(key)
         return idle

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from .limits import Limits
 from .pathmap import PathMapping
@@ -25,6 +25,25 @@ class CommandBounds(Protocol):
         ...
 
 
+class ProcessHost(Protocol):
+    """Where a sandbox's background processes live: in this process (the local
+    provider's `processes.ProcessTable`) or the box's supervisor (`procd.ProcdClient`)."""
+
+    def spawn(self, command: Any, env: Any, cwd: Any) -> Dict[str, Any]: ...
+
+    def output(self, handle: Any, since: Any, wait_s: Any) -> Dict[str, Any]: ...
+
+    def write_stdin(self, handle: Any, data: Any, eof: Any) -> Dict[str, Any]: ...
+
+    def signal(self, handle: Any, sig: Any) -> Dict[str, Any]: ...
+
+    def wait(self, handle: Any, timeout: Any) -> Dict[str, Any]: ...
+
+    def list(self) -> Dict[str, Any]: ...
+
+    def end_all(self) -> Dict[str, Any]: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Context:
     mapping: PathMapping
@@ -39,3 +58,5 @@ class Context:
     # Host limits for commands (set by the local provider). None in a box, whose
     # own limits bound what its commands use.
     bounds: Optional[CommandBounds] = None
+    # Background processes (spawn and friends); None: this sandbox runs none.
+    processes: Optional[ProcessHost] = None

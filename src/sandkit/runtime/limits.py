@@ -33,6 +33,11 @@ class Limits:
     exec_default_timeout_s: float = 120.0
     exec_max_timeout_s: float = 3600.0
     exec_output_bytes: int = 64 * KIB
+    # Background processes (spawn): live ones per sandbox, output kept per process
+    # (head and tail), and the longest a process_output/wait_process call may wait.
+    process_max_live: int = 16
+    process_output_bytes: int = 1 * MIB
+    process_wait_max_s: float = 60.0
     # Local provider only (its per-sandbox cgroup or rlimits); a box has its own limits.
     exec_max_processes: int = 256
     exec_memory_bytes: int = 1024 * MIB

@@ -17,7 +17,7 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from . import fileops, process, search
+from . import fileops, process, processes, search
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +29,8 @@ class Operation:
     read_only: bool = False
     # The parameter that carries bytes (base64-tagged on the wire), if any.
     bytes_param: Optional[str] = None
+    # Sends output events while it runs (the function takes `emit` and `cancel`).
+    streaming: bool = False
 
     @property
     def bytes_result(self) -> bool:
@@ -36,8 +38,10 @@ class Operation:
 
     @property
     def parameters(self) -> Tuple[inspect.Parameter, ...]:
-        """The operation's parameters: the runtime function's, without the context."""
-        return tuple(inspect.signature(self.function).parameters.values())[1:]
+        """The operation's parameters: the runtime function's, without the context (and
+        without the keyword-only plumbing of a streaming operation)."""
+        found = tuple(inspect.signature(self.function).parameters.values())[1:]
+        return tuple(p for p in found if p.kind is not inspect.Parameter.KEYWORD_ONLY)
 
     @property
     def parameter_names(self) -> Tuple[str, ...]:
@@ -65,6 +69,13 @@ OPERATIONS: Dict[str, Operation] = {
         Operation("glob", search.glob, "GlobResult", read_only=True),
         Operation("grep", search.grep, "GrepResult", read_only=True),
         Operation("execute", process.execute, "ExecuteResult"),
+        Operation("execute_stream", process.execute_stream, "ExecuteResult", streaming=True),
+        Operation("spawn", processes.spawn, "ProcessInfo"),
+        Operation("process_output", processes.process_output, "ProcessOutput", read_only=True),
+        Operation("write_stdin", processes.write_stdin, "ProcessInfo"),
+        Operation("signal_process", processes.signal_process, "ProcessInfo"),
+        Operation("wait_process", processes.wait_process, "ProcessInfo", read_only=True),
+        Operation("list_processes", processes.list_processes, "ProcessList", read_only=True),
     )
 }
 

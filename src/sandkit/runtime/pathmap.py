@@ -222,6 +222,11 @@ class PathMapping:
             return text
         return self._mask_re.sub(lambda m: self._mask_to[m.group(0)], text)
 
+    @property
+    def masked_strings(self) -> Tuple[str, ...]:
+        """Every string `mask` may replace (for cleaning a stream chunk by chunk)."""
+        return tuple(self._mask_to)
+
     def unmask(self, text: str) -> str:
         """Turn virtual mount paths in a command into real ones (host execution)."""
         if self._unmask_re is None or not text:

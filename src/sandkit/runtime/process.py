@@ -11,17 +11,21 @@ paths masked before the output leaves. docs/operations.md has the contract.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import select
 import selectors
 import signal
 import subprocess
+import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from .capture import HeadTail, Redactor, margin_for
 from .context import BOUNDS_FAILED, Context
 from .errors import ErrorCode, SandboxError
 from .oserrors import to_sandbox_error
+from .streaming import StreamCleaner, cleaner_for
 from .validate import invalid, require_env, require_number, require_str
 
 SHELLS = ("/bin/bash", "/bin/sh")
@@ -35,6 +39,55 @@ TERM_GRACE_S = 1.0  # between SIGTERM and SIGKILL of the group on timeout
 DRAIN_AFTER_EXIT_S = 0.2  # how long pipes held by a process that left the group are read
 _POLL_S = 0.05
 _CHUNK = 1 << 16
+
+
+class Sink(Protocol):
+    """Where a pipe's bytes go (a HeadTail, or a tap that also streams them)."""
+
+    def feed(self, data: bytes) -> None: ...
+
+
+class Cancelled(Exception):
+    """The consumer of a stream went away; the command's group was ended."""
+
+
+class Cancel:
+    """Set from any thread; wakes a running command's reader at once (a pipe)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._read, self._write = os.pipe()
+        self._closed = False
+
+    def set(self) -> None:
+        with self._lock:
+            if self._event.is_set() or self._closed:
+                return
+            self._event.set()
+            with contextlib.suppress(OSError):
+                os.write(self._write, b"x")
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def fileno(self) -> int:
+        return self._read
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for fd in (self._read, self._write):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+def _exited_or(proc: "subprocess.Popen[bytes]", cancel: Optional[Cancel]) -> Callable[[], bool]:
+    if cancel is None:
+        return lambda: exited(proc)
+    return lambda: cancel.is_set() or exited(proc)
 
 
 def pick_shell() -> str:
@@ -94,14 +147,20 @@ def _home(ctx: Context, cwd: str) -> str:
         return cwd
 
 
-class _Pipes:
+class Pipes:
     """Both output pipes of a child, read without blocking into bounded buffers.
 
     Where the kernel offers a pidfd (Linux >= 5.3) the child's exit wakes the
     reader at once; otherwise `stop` is polled.
     """
 
-    def __init__(self, proc: "subprocess.Popen[bytes]", out: HeadTail, err: HeadTail) -> None:
+    def __init__(
+        self,
+        proc: "subprocess.Popen[bytes]",
+        out: Sink,
+        err: Sink,
+        cancel: Optional[Cancel] = None,
+    ) -> None:
         self._selector = selectors.DefaultSelector()
         self._pipes = 0
         for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
@@ -115,6 +174,10 @@ class _Pipes:
             with contextlib.suppress(OSError):  # an older kernel: poll instead
                 self._pidfd = pidfd_open(proc.pid)
                 self._selector.register(self._pidfd, selectors.EVENT_READ, None)
+        self._wake = [self._pidfd] if self._pidfd >= 0 else []
+        if cancel is not None:  # a cancel wakes the reader at once
+            self._selector.register(cancel.fileno(), selectors.EVENT_READ, None)
+            self._wake.append(cancel.fileno())
 
     @property
     def open(self) -> bool:
@@ -136,7 +199,7 @@ class _Pipes:
                     return
                 next_check = now + _POLL_S
             for key, _ in self._selector.select(min(until - now, _POLL_S)):
-                if key.data is None:  # the pidfd: the child exited
+                if key.data is None:  # the pidfd (the child exited) or a cancel
                     self._selector.unregister(key.fd)
                     next_check = 0.0
                     continue
@@ -149,6 +212,20 @@ class _Pipes:
                 else:
                     self._selector.unregister(key.fd)
                     self._pipes -= 1
+
+    def wait(self, until: float, stop: Callable[[], bool]) -> None:
+        """Until `stop()` or `until`, sleeping on the pidfd (and the cancel) meanwhile."""
+        pause = 0.001
+        while not stop():
+            now = time.monotonic()
+            if now >= until:
+                return
+            if self._wake:
+                # Level-triggered: an exited child's pidfd stays readable.
+                select.select(self._wake, [], [], min(until - now, _POLL_S))
+            else:  # no pidfd: poll, soon at first (most exits are visible within 1 ms)
+                time.sleep(min(pause, until - now))
+                pause = min(pause * 2, _POLL_S)
 
     def close(self) -> None:
         self._selector.close()
@@ -194,7 +271,7 @@ def _group_gone(proc: "subprocess.Popen[bytes]") -> bool:
     return not _group_alive(proc.pid)
 
 
-def _exited(proc: "subprocess.Popen[bytes]") -> bool:
+def exited(proc: "subprocess.Popen[bytes]") -> bool:
     """Has the shell exited? It is not reaped, so its pid, the group's id, stays taken."""
     if proc.returncode is not None:
         return True
@@ -207,7 +284,7 @@ def _exited(proc: "subprocess.Popen[bytes]") -> bool:
         return proc.poll() is not None
 
 
-def _exit_code(returncode: int) -> int:
+def exit_code(returncode: int) -> int:
     """A signal death reads like it does in a shell: 128 + the signal number."""
     return 128 - returncode if returncode < 0 else returncode
 
@@ -223,7 +300,7 @@ def _group_exists(pgid: int) -> bool:
     return True
 
 
-def _end_group(proc: "subprocess.Popen[bytes]", pipes: _Pipes) -> None:
+def end_group(proc: "subprocess.Popen[bytes]", pipes: Pipes) -> None:
     """SIGTERM to the whole group, SIGKILL to what is left after the grace, reap the shell.
 
     The shell is reaped only once it has exited; any member still in the group
@@ -234,7 +311,7 @@ def _end_group(proc: "subprocess.Popen[bytes]", pipes: _Pipes) -> None:
     grace_end = time.monotonic() + TERM_GRACE_S
     pause = 0.001  # most groups are gone within a few ms of the signal: look early
     while True:
-        if _exited(proc):
+        if exited(proc):
             proc.wait()
             if not _group_exists(proc.pid):
                 return  # empty: nothing to kill, and the id may be anyone's now
@@ -255,14 +332,16 @@ def _run(
     cwd: str,
     env: Dict[str, str],
     timeout: float,
-    out: HeadTail,
-    err: HeadTail,
+    out: Sink,
+    err: Sink,
     preexec: Optional[Callable[[], None]] = None,
+    cancel: Optional[Cancel] = None,
 ) -> Optional[int]:
     """Run to completion or timeout; the exit code, or None when it timed out.
 
     Either way the call ends with its process group: what the shell started
-    in the background is stopped when the shell exits.
+    in the background is stopped when the shell exits. A `cancel` that is set
+    (the consumer of a stream went away) ends the group too and raises Cancelled.
     """
     proc = subprocess.Popen(
         argv,
@@ -275,18 +354,23 @@ def _run(
         close_fds=True,
         preexec_fn=preexec,
     )
-    pipes = _Pipes(proc, out, err)
+    pipes = Pipes(proc, out, err, cancel)
     try:
         deadline = time.monotonic() + timeout
-        pipes.pump(deadline, lambda: _exited(proc))
-        while not _exited(proc) and time.monotonic() < deadline:
-            time.sleep(_POLL_S)  # output closed but the shell runs (`exec >&-; sleep 9`)
-        timed_out = not _exited(proc)
-        _end_group(proc, pipes)
+        stop = _exited_or(proc, cancel)
+        pipes.pump(deadline, stop)
+        # Output closed but the shell may still run (`exec >&-; sleep 9`), or its exit
+        # is not visible yet: wait for the exit itself, woken by the pidfd.
+        pipes.wait(deadline, stop)
+        if cancel is not None and cancel.is_set():
+            end_group(proc, pipes)
+            raise Cancelled()
+        timed_out = not exited(proc)
+        end_group(proc, pipes)
         # A process that left the group may still hold the pipes: read what it
         # has for a moment, then close them.
         pipes.pump(time.monotonic() + DRAIN_AFTER_EXIT_S, lambda: False)
-        return None if timed_out else _exit_code(proc.returncode)
+        return None if timed_out else exit_code(proc.returncode)
     finally:
         pipes.close()
         for stream in (proc.stdout, proc.stderr):
@@ -297,9 +381,18 @@ def _run(
             proc.wait()
 
 
-def execute(
-    ctx: Context, command: Any, timeout: Any = None, env: Any = None, cwd: Any = None
-) -> Dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """A checked command, ready to start: argv (with the bounds' launcher), cwd, env."""
+
+    argv: List[str]
+    cwd: str
+    env: Dict[str, str]
+    preexec: Optional[Callable[[], None]]
+
+
+def prepare(ctx: Context, command: Any, env: Any, cwd: Any) -> Launch:
+    """Check a command and build what starts it (execute, streams and background alike)."""
     if not ctx.execute_enabled:
         raise SandboxError(
             ErrorCode.EXECUTE_DISABLED, "command execution is disabled for this sandbox"
@@ -309,7 +402,6 @@ def execute(
         raise invalid("command contains a NUL byte")
     if not text.strip():
         raise invalid("command must not be blank")
-    seconds = _timeout(ctx, timeout)
     extra = require_env(env)
     real_cwd = _directory(ctx, cwd)
     shell = pick_shell()
@@ -317,33 +409,105 @@ def execute(
     if len(real_command.encode("utf-8", "surrogateescape")) > MAX_COMMAND_BYTES:
         raise invalid("command is longer than %d bytes" % MAX_COMMAND_BYTES)
     environment = _environment(ctx, _home(ctx, real_cwd), shell, extra)
-
-    redactor = Redactor(ctx.secrets)
-    margin = margin_for(redactor)
-    cap = max(ctx.limits.exec_output_bytes, 0)
-    out = HeadTail(cap // 2, cap - cap // 2, margin)
-    err = HeadTail(cap // 2, cap - cap // 2, margin)
-
     argv: List[str] = [shell, "-c", real_command]
     preexec = None
     if ctx.bounds is not None:
         argv, preexec = ctx.bounds.launch(argv)
+    return Launch(argv, real_cwd, environment, preexec)
+
+
+def cleaner(ctx: Context) -> Callable[[str], str]:
+    """What every piece of command output goes through: secrets redacted, paths masked."""
+    redactor = Redactor(ctx.secrets)
+    return lambda value: ctx.mapping.mask(redactor(value))
+
+
+def stream_cleaner(ctx: Context) -> StreamCleaner:
+    return cleaner_for(cleaner(ctx), ctx.secrets, ctx.mapping.masked_strings)
+
+
+def start_failure(ctx: Context, exc: BaseException) -> SandboxError:
+    """A command that could not be started, as a SandboxError."""
+    if isinstance(exc, subprocess.SubprocessError):  # the preexec step failed
+        return SandboxError(ErrorCode.UNAVAILABLE, BOUNDS_FAILED)
+    if isinstance(exc, OSError):
+        return to_sandbox_error(ctx.mapping, exc)
+    return invalid(ctx.mapping.mask(str(exc)))  # e.g. an env value Popen refuses
+
+
+Emit = Callable[[Dict[str, Any]], None]
+
+
+class _Tap:
+    """One stream of a streamed command: into the HeadTail like `execute`, and out as
+    cleaned events as long as nothing is cut (`exec_output_bytes` per stream); when the
+    middle starts being elided, one `elided` event and no more (the tail comes with the
+    result)."""
+
+    def __init__(self, name: str, keep: HeadTail, ctx: Context, emit: Emit) -> None:
+        self.name = name
+        self.keep = keep
+        self._budget = keep.head + keep.tail
+        self._elided = False
+        self._cleaner = stream_cleaner(ctx)
+        self._emit = emit
+
+    def feed(self, data: bytes) -> None:
+        self.keep.feed(data)
+        if self._elided:
+            return
+        if len(data) <= self._budget:
+            self._budget -= len(data)
+            self._send(self._cleaner.feed(data))
+            return
+        self._send(self._cleaner.feed(data[: self._budget]))
+        self._budget = 0
+        self._elided = True
+        # What the cleaner holds back is part of the elided middle: never shown in part.
+        self._emit({"stream": self.name, "text": "", "elided": True})
+
+    def finish(self) -> None:
+        if not self._elided:
+            self._send(self._cleaner.flush())
+
+    def _send(self, text: str) -> None:
+        if text:
+            self._emit({"stream": self.name, "text": text, "elided": False})
+
+
+def _execute(
+    ctx: Context,
+    command: Any,
+    timeout: Any,
+    env: Any,
+    cwd: Any,
+    emit: Optional[Emit] = None,
+    cancel: Optional[Cancel] = None,
+) -> Dict[str, Any]:
+    seconds = _timeout(ctx, timeout)
+    launch = prepare(ctx, command, env, cwd)
+    margin = margin_for(Redactor(ctx.secrets))
+    cap = max(ctx.limits.exec_output_bytes, 0)
+    out = HeadTail(cap // 2, cap - cap // 2, margin)
+    err = HeadTail(cap // 2, cap - cap // 2, margin)
+    taps: List[_Tap] = []
+    sinks: List[Sink] = [out, err]
+    if emit is not None:
+        taps = [_Tap("stdout", out, ctx, emit), _Tap("stderr", err, ctx, emit)]
+        sinks = list(taps)
     started = time.monotonic()
     try:
-        exit_code = _run(argv, real_cwd, environment, seconds, out, err, preexec)
-    except subprocess.SubprocessError:  # the preexec step failed: the limits are gone
-        raise SandboxError(ErrorCode.UNAVAILABLE, BOUNDS_FAILED) from None
-    except OSError as exc:
-        raise to_sandbox_error(ctx.mapping, exc) from None
-    except ValueError as exc:  # e.g. an env value Popen refuses
-        raise invalid(ctx.mapping.mask(str(exc))) from None
+        exit_code = _run(
+            launch.argv, launch.cwd, launch.env, seconds, sinks[0], sinks[1], launch.preexec, cancel
+        )
+    except (subprocess.SubprocessError, OSError, ValueError) as exc:
+        raise start_failure(ctx, exc) from None
     duration_ms = (time.monotonic() - started) * 1000.0
-
-    def clean(value: str) -> str:
-        return ctx.mapping.mask(redactor(value))
-
+    for tap in taps:
+        tap.finish()
+    clean = cleaner(ctx)
     stderr = err.render(clean)
-    if exit_code == 126 and preexec is None and stderr.startswith(BOUNDS_FAILED):
+    if exit_code == 126 and launch.preexec is None and stderr.startswith(BOUNDS_FAILED):
         raise SandboxError(ErrorCode.UNAVAILABLE, BOUNDS_FAILED)  # the launcher gave up
     return {
         "exit_code": exit_code,
@@ -353,3 +517,24 @@ def execute(
         "truncated": out.truncated or err.truncated,
         "duration_ms": round(duration_ms, 3),
     }
+
+
+def execute(
+    ctx: Context, command: Any, timeout: Any = None, env: Any = None, cwd: Any = None
+) -> Dict[str, Any]:
+    return _execute(ctx, command, timeout, env, cwd)
+
+
+def execute_stream(
+    ctx: Context,
+    command: Any,
+    timeout: Any = None,
+    env: Any = None,
+    cwd: Any = None,
+    *,
+    emit: Emit,
+    cancel: Optional[Cancel] = None,
+) -> Dict[str, Any]:
+    """`execute`, with each piece of output passed to `emit` as it happens (cleaned, in
+    order per stream); the result is `execute`'s. A set `cancel` ends the command."""
+    return _execute(ctx, command, timeout, env, cwd, emit, cancel)

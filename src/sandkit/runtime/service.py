@@ -6,13 +6,14 @@ JSON-RPC request, so argument checking, jail and results are shared code.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from .capture import Redactor
 from .context import Context
 from .errors import ErrorCode, SandboxError
-from .operations import OPERATIONS
+from .operations import OPERATIONS, Operation
 from .oserrors import to_sandbox_error
+from .process import Cancel
 
 _PARAMETERS = {name: frozenset(op.parameter_names) for name, op in OPERATIONS.items()}
 
@@ -25,6 +26,28 @@ class Runtime:
         self._redact = Redactor(context.secrets)
 
     def call(self, method: str, params: Mapping[str, Any]) -> Any:
+        operation = self._operation(method, params)
+        if operation.streaming:  # called plainly: its events go nowhere
+            return self._run(method, lambda: operation.function(self.context, **params, emit=_drop))
+        return self._run(method, lambda: operation.function(self.context, **params))
+
+    def stream(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        emit: Callable[[Dict[str, Any]], None],
+        cancel: Optional[Cancel] = None,
+    ) -> Any:
+        """Run a streaming operation: each event goes to `emit` as it happens; the result
+        is returned. A set `cancel` ends it (Cancelled is raised)."""
+        operation = self._operation(method, params)
+        if not operation.streaming:
+            raise SandboxError(ErrorCode.INVALID_ARGUMENT, "%s does not stream" % method)
+        return self._run(
+            method, lambda: operation.function(self.context, **params, emit=emit, cancel=cancel)
+        )
+
+    def _operation(self, method: str, params: Mapping[str, Any]) -> Operation:
         operation = OPERATIONS.get(method)
         if operation is None:
             raise SandboxError(ErrorCode.INVALID_ARGUMENT, "unknown operation %r" % method)
@@ -36,8 +59,11 @@ class Runtime:
                 ErrorCode.INVALID_ARGUMENT,
                 "%s got unknown argument(s): %s" % (method, ", ".join(sorted(unknown))),
             )
+        return operation
+
+    def _run(self, method: str, run: Callable[[], Any]) -> Any:
         try:
-            return operation.function(self.context, **params)
+            return run()
         except SandboxError as exc:
             raise self._clean(exc.code, exc.message) from None
         except TypeError as exc:
@@ -51,3 +77,7 @@ class Runtime:
     def _clean(self, code: ErrorCode, message: str) -> SandboxError:
         """Masked like every result; redacted too, since messages echo the caller's input."""
         return SandboxError(code, self._redact(self.context.mapping.mask(message)))
+
+
+def _drop(_event: Dict[str, Any]) -> None:
+    pass

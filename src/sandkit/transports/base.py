@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterator
 from typing import Any
 
 from ..agent.protocol import READ_ONLY_METHODS
@@ -28,6 +29,22 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release the channel(s); later calls fail with UNAVAILABLE."""
+
+    def open_stream(self, method: str, params: dict[str, Any], timeout: float) -> StreamCall:
+        """Start a streaming request (its events arrive on the same channel)."""
+        raise unavailable("this transport cannot carry streamed operations")
+
+
+class StreamCall(abc.ABC):
+    """A running streaming request: its items are `{"event": {...}}`, then one
+    `{"result": ...}` (or a SandboxError). `cancel()` ends it early (the agent then
+    ends the command); it is safe to call at any time, also after the end."""
+
+    @abc.abstractmethod
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+
+    @abc.abstractmethod
+    def cancel(self) -> None: ...
 
 
 def retryable(method: str) -> bool:
@@ -94,6 +111,14 @@ class SwitchingTransport(Transport):
         transport = self._current()
         try:
             return await transport.acall(method, params, timeout)
+        except SandboxError as exc:
+            self._check(transport, exc)
+            raise
+
+    def open_stream(self, method: str, params: dict[str, Any], timeout: float) -> StreamCall:
+        transport = self._current()
+        try:
+            return transport.open_stream(method, params, timeout)
         except SandboxError as exc:
             self._check(transport, exc)
             raise

@@ -18,13 +18,14 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..agent import protocol as p
 from ..errors import ErrorCode, SandboxError
 from ..runtime.limits import Limits
-from .base import Transport, TransportClosed, retryable, timed_out, unavailable
+from .base import StreamCall, Transport, TransportClosed, retryable, timed_out, unavailable
 
 # Pooled connections idle longer than this are dropped before the agent
 # drops them (its idle timeout is 300 s), so a reused one is not stale.
@@ -199,6 +200,45 @@ class HttpTransport(Transport):
             return self._interpret(response.status, data)
         raise AssertionError("unreachable")
 
+    # -- streaming -------------------------------------------------------------
+
+    def open_stream(self, method: str, params: dict[str, Any], timeout: float) -> StreamCall:
+        """A connection of its own, whose chunked answer is the NDJSON of events, then the
+        response; closing it is how the agent learns the consumer went away."""
+        body = self._body(method, params)
+        request_id = json.loads(body)["id"]
+        conn = self._checkout()
+        if conn.sock is not None:
+            conn.close()  # a fresh connection: this one is not returned to the pool
+        conn.timeout = self.connect_timeout
+        try:
+            conn.connect()
+            if isinstance(conn.sock, socket.socket):
+                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn.sock.settimeout(timeout)
+            conn.request("POST", self._path, body, self._headers)
+            response = conn.getresponse()
+        except TimeoutError:
+            conn.close()
+            raise timed_out(method, timeout) from None
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise self._failure(method, exc, sent=True) from None
+        return _HttpStream(self, conn, response, request_id, method, timeout)
+
+    def _cancel(self, request_id: Any) -> None:
+        """Tell the agent (best effort) that nobody waits for `request_id` any more."""
+        notice = p.dumps({"jsonrpc": "2.0", "method": p.CANCEL, "params": {"id": request_id}})
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=2.0)
+        if self._https:
+            conn = http.client.HTTPSConnection(
+                self._host, self._port, timeout=2.0, context=self._ssl
+            )
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn.request("POST", self._path, notice, self._headers)
+            conn.getresponse().read()
+        conn.close()
+
     # -- async ----------------------------------------------------------------
 
     async def _aconnect(self, timeout: float) -> _Stream:
@@ -319,3 +359,58 @@ class HttpTransport(Transport):
         for _, writer, _ in streams:
             with contextlib.suppress(RuntimeError):  # its loop is already closed
                 writer.close()
+
+
+class _HttpStream(StreamCall):
+    def __init__(
+        self,
+        transport: HttpTransport,
+        conn: http.client.HTTPConnection,
+        response: http.client.HTTPResponse,
+        request_id: Any,
+        method: str,
+        timeout: float,
+    ) -> None:
+        self._transport = transport
+        self._conn = conn
+        self._response = response
+        self._id = request_id
+        self._method = method
+        self._timeout = timeout
+        self._done = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            response = self._response
+            if "ndjson" not in (response.getheader("Content-Type") or ""):
+                self._done = True
+                yield {"result": self._transport._interpret(response.status, response.read())}
+                return
+            limit = self._transport._receive_limit
+            while True:
+                try:
+                    line = response.readline(limit + 1)
+                except TimeoutError:
+                    raise timed_out(self._method, self._timeout) from None
+                except (OSError, http.client.HTTPException) as exc:
+                    raise self._transport._failure(self._method, exc, sent=True) from None
+                if not line:
+                    raise unavailable(f"the agent ended {self._method} without an answer")
+                message = json.loads(line)
+                if message.get("method") == p.EVENT and "id" not in message:
+                    params = message.get("params") or {}
+                    yield {"event": {k: v for k, v in params.items() if k != "id"}}
+                    continue
+                self._done = True
+                yield {"result": self._transport._interpret(200, line)}
+                return
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        if self._done:
+            self._conn.close()
+            return
+        self._done = True
+        self._conn.close()  # the agent's next write fails, which ends the command
+        self._transport._cancel(self._id)  # and at once, even if it prints nothing

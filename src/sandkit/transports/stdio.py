@@ -23,16 +23,17 @@ import asyncio
 import contextlib
 import itertools
 import json
+import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..agent import PROTOCOL_VERSION
 from ..agent import protocol as p
 from ..errors import ErrorCode, SandboxError
 from ..runtime.limits import Limits
-from .base import Transport, TransportClosed, retryable, timed_out, unavailable
+from .base import StreamCall, Transport, TransportClosed, retryable, timed_out, unavailable
 from .streams import ByteStream, StreamOpener
 
 INLINE_WRITE_BYTES = 64 * 1024
@@ -97,6 +98,74 @@ class _AsyncWaiter(_Waiter):
         # A closed loop means nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(complete)
+
+
+class _StreamWaiter(_Waiter):
+    """A streaming request's events and its final response, in arrival order."""
+
+    def __init__(self) -> None:
+        self.items: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def event(self, params: dict[str, Any]) -> None:
+        self.items.put(("event", params))
+
+    def resolve(self, message: dict[str, Any]) -> None:
+        self.items.put(("final", message))
+
+    def drop(self, reason: str) -> None:
+        self.items.put(("dropped", reason))
+
+
+class _StdioStream(StreamCall):
+    def __init__(
+        self,
+        transport: StdioTransport,
+        channel: _Channel,
+        request_id: int,
+        waiter: _StreamWaiter,
+        method: str,
+        timeout: float,
+    ) -> None:
+        self._transport = transport
+        self._channel = channel
+        self._id = request_id
+        self._waiter = waiter
+        self._method = method
+        self._timeout = timeout
+        self._deadline = time.monotonic() + timeout
+        self._done = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            while not self._done:
+                try:
+                    kind, value = self._waiter.items.get(
+                        timeout=max(self._deadline - time.monotonic(), 0.0)
+                    )
+                except queue.Empty:
+                    self.cancel()
+                    raise timed_out(self._method, self._timeout) from None
+                if kind == "event":
+                    yield {"event": {k: v for k, v in value.items() if k != "id"}}
+                    continue
+                if kind == "cancelled":
+                    return
+                self._done = True
+                if kind == "dropped":
+                    raise self._transport._lost(self._method, str(value))
+                yield {"result": _result(value)}
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._channel.unregister(self._id)
+        self._waiter.items.put(("cancelled", None))  # wakes a reader blocked on the queue
+        notice = {"jsonrpc": "2.0", "method": p.CANCEL, "params": {"id": self._id}}
+        with contextlib.suppress(_Dropped):
+            self._channel.send(p.frame(notice))
 
 
 class _Channel:
@@ -194,6 +263,14 @@ class _Channel:
         if not isinstance(message, dict):
             return
         request_id = message.get("id")
+        if request_id is None and message.get("method") == p.EVENT:
+            params = message.get("params")
+            target = params.get("id") if isinstance(params, dict) else None
+            with self._lock:
+                listener = self._pending.get(target) if isinstance(target, int) else None
+            if isinstance(listener, _StreamWaiter):
+                listener.event(params)  # type: ignore[arg-type]
+            return
         with self._lock:
             waiter = self._pending.pop(request_id, None) if isinstance(request_id, int) else None
         if waiter is not None:
@@ -412,6 +489,23 @@ class StdioTransport(Transport):
                     continue
                 raise self._lost(method, str(exc)) from None
             return _result(message)
+        raise AssertionError("unreachable")
+
+    def open_stream(self, method: str, params: dict[str, Any], timeout: float) -> StreamCall:
+        body = self._check_size(method, params)
+        for attempt in (1, 2):
+            channel = self._ensure_channel()
+            request_id = next(self._ids)
+            waiter = _StreamWaiter()
+            try:
+                if not channel.register(request_id, waiter):
+                    raise _Dropped(channel.reason)
+                channel.send(self._request_frame(request_id, body))
+            except _Dropped as exc:
+                if attempt == 1:
+                    continue  # never reached the agent whole: safe to resend
+                raise unavailable(f"the agent is unreachable ({exc})") from None
+            return _StdioStream(self, channel, request_id, waiter, method, timeout)
         raise AssertionError("unreachable")
 
     async def _asend(self, channel: _Channel, data: bytes) -> None:
