@@ -16,13 +16,13 @@ from bwrap_support import bwrap_options
 from sandkit_bwrap import BwrapProvider
 
 from sandkit import SandboxKey, Settings
-from sandkit.testing.conformance.shared_box import (
+from sandkit.testing import (
     SUITE_LIMITS,
+    SeedUpload,
     SharedBoxConformance,
     host_forbidden,
     host_seeder,
 )
-from sandkit.testing.conformance.suite import SeedUpload
 
 SECRET = "sk-test-9c1f7e2b4a6d-never-print"
 

@@ -23,12 +23,24 @@ from .conformance import (  # noqa: E402
     SandboxConformance,
     SearchConformance,
 )
+from .conformance.shared_box import (  # noqa: E402
+    SUITE_LIMITS,
+    SharedBoxConformance,
+    host_forbidden,
+    host_seeder,
+)
+from .conformance.suite import SeedUpload  # noqa: E402
 
 __all__ = [
+    "SUITE_LIMITS",
     "CheckedSandbox",
     "ConformanceBase",
     "OperationConformance",
     "SandboxConformance",
     "SearchConformance",
+    "SeedUpload",
+    "SharedBoxConformance",
+    "host_forbidden",
+    "host_seeder",
     "no_ambient_configuration",
 ]

@@ -84,6 +84,11 @@ class SubprocessStream(ByteStream):
             self._close_stdout()
         return data
 
+    @property
+    def at_eof(self) -> bool:
+        """The agent process has ended (its channel with it)."""
+        return self.process.poll() is not None
+
     def close(self) -> None:
         with self._lock:
             if self._closed:

@@ -52,14 +52,6 @@ class _Box(BoxRecord):
     cgroups: tuple[str, ...] = ()
 
 
-class AgentStream(SubprocessStream):
-    """The agent's stdin/stdout through nsenter; ended once nsenter (and so the agent) is."""
-
-    @property
-    def at_eof(self) -> bool:
-        return self.process.poll() is not None
-
-
 class BwrapProvider(BoxProvider[_Box, BwrapOptions]):
     name = "bwrap"
 
@@ -167,7 +159,7 @@ class BwrapProvider(BoxProvider[_Box, BwrapOptions]):
             *("-I", "-S", AGENT_PATH, "--stdio"),
         ]
         try:
-            return AgentStream(argv, env=host.ENV, cwd="/")
+            return SubprocessStream(argv, env=host.ENV, cwd="/")
         except OSError as exc:
             raise host.unavailable(f"cannot start the agent: {exc}") from None
 
