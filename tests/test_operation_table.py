@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from sandkit import models
 from sandkit.agent import protocol as p
-from sandkit.cli import commands
+from sandkit.cli import commands, processes
 from sandkit.runtime.operations import OPERATIONS, Operation
 from sandkit.sandbox import Sandbox
 from sandkit.tools import SPECS, SandboxTools
@@ -111,11 +111,16 @@ def test_sandbox_tools_methods_take_the_tool_arguments(spec: ToolSpec) -> None:
 
 def _commands() -> list[tuple[str, Callable[..., Any], commands.Runs]]:
     found = []
-    for name in dir(commands):
-        fn = getattr(commands, name)
-        runs = getattr(fn, "runs", None)
-        if callable(fn) and isinstance(runs, commands.Runs):
-            found.append((name, fn, runs))
+    for module in (commands, processes):
+        for name in dir(module):
+            fn = getattr(module, name)
+            runs = getattr(fn, "runs", None)
+            if (
+                callable(fn)
+                and isinstance(runs, commands.Runs)
+                and fn.__module__ == module.__name__
+            ):
+                found.append((name, fn, runs))
     return found
 
 

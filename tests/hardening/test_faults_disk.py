@@ -29,6 +29,7 @@ from .targets import LIMITS, OWNER, SECRET, SESSION, Target, forbidden_for
 
 @contextlib.contextmanager
 def small_tmpfs(where: Path, size: str = "32m") -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `where` for the block (root only)."""
     if os.geteuid() != 0:
         unavailable("mounting a small tmpfs needs root")
     where.mkdir(parents=True, exist_ok=True)

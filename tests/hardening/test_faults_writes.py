@@ -56,6 +56,7 @@ def test_interrupted_write_leaves_old_or_new(
 def _interrupt_local_writer(
     target: Target, data_root: Path, make_provider: Callable[..., SandboxProvider]
 ) -> tuple[int, dict[str, Any]]:
+    """SIGKILL a provider process rewriting a file, ROUNDS times; torn files and outcomes."""
     key = fresh_key("torn")
     path = f"{WORKSPACE}/big.txt"
     provider = make_provider()
@@ -91,6 +92,7 @@ def _interrupt_local_writer(
 def _interrupt_agent_writes(
     target: Target, make_provider: Callable[..., SandboxProvider]
 ) -> tuple[int, dict[str, Any]]:
+    """SIGKILL the agent serving a write_bytes, ROUNDS times; torn files and outcomes."""
     key = fresh_key("torn")
     path = f"{WORKSPACE}/big.bin"
     size = 16 * 1024 * 1024
@@ -107,9 +109,11 @@ def _interrupt_agent_writes(
         pid = box.info()["pid"]
         new = blob(f"v{i}", size)
         if i == 1:
-            # Deterministic worst case first: the agent is frozen, so the write piles up
-            # unread on its way in, then killed with it there (Kubernetes' exec stream
-            # never ended in that state; the write waited out its 120 s deadline).
+            # The worst case first: the agent is frozen, so the write piles up unread on
+            # its way in, then killed with it there (Kubernetes' exec stream never ended
+            # in that state; the write waited out its 120 s deadline). If the write has
+            # not left this process within the second, it meets a dead agent instead:
+            # the outcome rules below hold for both.
             assert killer.execute(f"kill -STOP {pid}").exit_code == 0
             writer, outcome = in_background(lambda new=new: box.write_bytes(path, new))
             time.sleep(1.0)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from . import commands
+from . import commands, processes
 from .doctor import doctor
 from .mcp_command import mcp
 from .providers import providers
@@ -64,7 +64,13 @@ app.command("write")(sandbox_command(commands.write))
 app.command("edit")(sandbox_command(commands.edit))
 app.command("glob")(sandbox_command(commands.glob))
 app.command("grep")(sandbox_command(commands.grep))
-app.command("exec")(sandbox_command(commands.exec_))
+app.command("exec")(sandbox_command(processes.exec_))
+app.command("spawn")(sandbox_command(processes.spawn))
+app.command("ps")(sandbox_command(processes.ps))
+app.command("logs")(sandbox_command(processes.logs))
+app.command("send")(sandbox_command(processes.send))
+app.command("kill")(sandbox_command(processes.kill))
+app.command("wait")(sandbox_command(processes.wait))
 app.command("release")(sandbox_command(commands.release))
 app.command("destroy")(sandbox_command(commands.destroy))
 app.command("providers")(sandbox_command(providers))

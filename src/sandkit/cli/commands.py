@@ -14,7 +14,7 @@ from ..errors import ErrorCode, SandboxError
 from ..models import GrepMode, SandboxInfo, WriteResult
 from ..runtime.operations import default
 from . import render
-from .output import EXIT_NO_MATCH, EXIT_OK, EXIT_TIMED_OUT
+from .output import EXIT_NO_MATCH, EXIT_OK
 from .session import Session
 
 PathArg = Annotated[str, typer.Argument(help="Virtual path (relative = under the workspace).")]
@@ -250,49 +250,6 @@ def grep(
             session.out.data(line)
         session.out.note(render.grep_summary(result))
     return EXIT_OK if found else EXIT_NO_MATCH
-
-
-@runs("execute")
-def exec_(
-    session: Session,
-    command: Annotated[str, typer.Argument(help="Shell command (run with /bin/sh -c).")],
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", "-t", help="Seconds before the kill.")
-    ] = None,
-    cwd: Annotated[
-        str | None, typer.Option("--cwd", help="Working directory (default: the workspace).")
-    ] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="K=V, repeatable.")] = None,
-) -> int:
-    """Run a command in the sandbox; exits with the command's exit code."""
-    result = session.sandbox.execute(command, timeout=timeout, env=_parse_env(env), cwd=cwd)
-    if session.out.json_mode:
-        session.out.json(result)
-    else:
-        sys.stdout.write(result.stdout)
-        sys.stdout.flush()
-        sys.stderr.write(result.stderr)
-        sys.stderr.flush()
-        if result.truncated:
-            session.out.note("[output truncated: head and tail kept]")
-        if result.timed_out:
-            session.out.note(f"timed out after {result.duration_ms / 1000:.1f} s; killed")
-    if result.timed_out or result.exit_code is None:
-        return EXIT_TIMED_OUT
-    # A signal death may come back negative; report it the way shells do.
-    return result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
-
-
-def _parse_env(pairs: list[str] | None) -> dict[str, str] | None:
-    if not pairs:
-        return None
-    env: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"--env needs NAME=VALUE, got {pair!r}")
-        env[name] = value
-    return env
 
 
 def release(session: Session) -> None:
