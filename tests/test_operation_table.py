@@ -81,7 +81,10 @@ def _tool_parameter(spec: ToolSpec, field: str) -> str:
 def test_each_tool_maps_onto_its_operation(spec: ToolSpec) -> None:
     op = OPERATIONS[spec.operation]
     runtime = {p.name: p for p in op.parameters}
+    assert spec.extras <= set(spec.args.model_fields)
     for field, info in spec.args.model_fields.items():
+        if field in spec.extras:
+            continue
         name = _tool_parameter(spec, field)
         assert name in runtime, f"tool {spec.name}: {field} is no parameter of {op.name}"
         wanted = runtime[name].default
@@ -89,11 +92,20 @@ def test_each_tool_maps_onto_its_operation(spec: ToolSpec) -> None:
             assert info.is_required(), f"tool {spec.name}: {field} is required by {op.name}"
         elif not info.is_required():
             assert info.default == wanted, f"tool {spec.name}: default of {field}"
-    covered = {_tool_parameter(spec, f) for f in spec.args.model_fields}
+    covered = {_tool_parameter(spec, f) for f in spec.args.model_fields if f not in spec.extras}
     for name, parameter in runtime.items():
         if name not in covered:  # the tool leaves it to the operation's default
             assert parameter.default is not inspect.Parameter.empty, (spec.name, name)
     assert spec.result is getattr(models, op.result)
+
+
+def test_bash_in_the_background_spawns_with_the_arguments_spawn_takes() -> None:
+    spec = next(s for s in SPECS if s.name == "bash")
+    args = spec.args.model_validate({"command": "sleep 1", "run_in_background": True})
+    operation, kwargs = spec.plan(args)
+    assert operation == "spawn"
+    assert set(kwargs) <= set(OPERATIONS["spawn"].parameter_names)
+    assert spec.plan(spec.args.model_validate({"command": "true"}))[0] == "execute"
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.name)

@@ -330,7 +330,18 @@ def test_an_unexpected_exception_is_internal_without_its_message(tools: SandboxT
 def test_every_tool_has_a_schema_from_its_argument_model(tools: SandboxTools) -> None:
     definitions = {d["name"]: d for d in tools.definitions()}
     assert tuple(definitions) == TOOL_NAMES
-    assert set(TOOL_NAMES) == {"read_file", "write_file", "edit_file", "ls", "glob", "grep", "bash"}
+    assert set(TOOL_NAMES) == {
+        "read_file",
+        "write_file",
+        "edit_file",
+        "ls",
+        "glob",
+        "grep",
+        "bash",
+        "bash_output",
+        "bash_input",
+        "bash_kill",
+    }
     for spec in SPECS:
         schema = definitions[spec.name]["parameters"]
         assert schema["type"] == "object" and schema["additionalProperties"] is False

@@ -15,17 +15,22 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
+from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict
 
 from ..errors import ErrorCode, SandboxError
+from ..models import OutputChunk
 from ..provider import SandboxKey, SandboxProvider
 from ..sandbox import Sandbox
 from ..tools.dispatch import ToolOutput, arun_tool, failure, run_tool
 from ..tools.specs import SPECS, ToolSpec, description, input_schema
 
-__all__ = ["SandkitTool", "key_from_config", "sandkit_tools"]
+__all__ = ["OUTPUT_EVENT", "SandkitTool", "key_from_config", "sandkit_tools"]
+
+# The custom event (astream_events) that carries a running bash command's output.
+OUTPUT_EVENT = "sandkit_output"
 
 
 def key_from_config(
@@ -70,7 +75,11 @@ class SandkitTool(BaseTool):
             sandbox = self._sandbox(run_config)
         except Exception as exc:
             return self._answer(failure(exc, self.name))
-        return self._answer(run_tool(sandbox, self.name, arguments))
+
+        def progress(chunk: OutputChunk, _count: int) -> None:
+            dispatch_custom_event(OUTPUT_EVENT, chunk.model_dump(), config=run_config)
+
+        return self._answer(run_tool(sandbox, self.name, arguments, progress))
 
     async def _arun(
         self, run_config: RunnableConfig, **arguments: Any
@@ -80,7 +89,11 @@ class SandkitTool(BaseTool):
             sandbox = await asyncio.to_thread(self._sandbox, run_config)
         except Exception as exc:
             return self._answer(failure(exc, self.name))
-        return self._answer(await arun_tool(sandbox, self.name, arguments))
+
+        async def progress(chunk: OutputChunk, _count: int) -> None:
+            await adispatch_custom_event(OUTPUT_EVENT, chunk.model_dump(), config=run_config)
+
+        return self._answer(await arun_tool(sandbox, self.name, arguments, progress))
 
 
 def _tool(

@@ -9,7 +9,7 @@ whichever runtime it sits in. Failures come back as a `ToolOutput` with
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..display import printable, printable_text
 from ..errors import ErrorCode, SandboxError
+from ..models import ExecuteResult, OutputChunk
 from ..sandbox import Sandbox
 from . import render
 from .specs import SPECS_BY_NAME, TOOL_NAMES, ToolSpec
@@ -81,24 +82,71 @@ def _argument_problems(tool: str, exc: ValidationError) -> str:
     return f"invalid arguments for {tool}: {problems}"
 
 
-def run_tool(sandbox: Sandbox, name: str, arguments: Mapping[str, Any] | None) -> ToolOutput:
+def run_tool(
+    sandbox: Sandbox,
+    name: str,
+    arguments: Mapping[str, Any] | None,
+    progress: Callable[[OutputChunk, int], None] | None = None,
+) -> ToolOutput:
     """Run tool `name` with JSON `arguments` on `sandbox`; never raises.
 
     Caps (`max_results` and the like) are the sandbox's: the runtime clamps them.
+    With `progress`, a foreground command streams (see `arun_tool`).
     """
     try:
         spec, args = _plan(name, arguments)
-        result = getattr(sandbox, spec.operation)(**spec.operation_kwargs(args))
+        operation, kwargs = spec.plan(args)
+        if progress is not None and operation == "execute":
+            result: BaseModel = _streamed_sync(sandbox, kwargs, progress)
+        else:
+            result = getattr(sandbox, operation)(**kwargs)
     except Exception as exc:
         return failure(exc, name)
     return _success(spec, args, result)
 
 
-async def arun_tool(sandbox: Sandbox, name: str, arguments: Mapping[str, Any] | None) -> ToolOutput:
-    """Async `run_tool`: uses the sandbox's async twins (native on remote sandboxes)."""
+async def arun_tool(
+    sandbox: Sandbox,
+    name: str,
+    arguments: Mapping[str, Any] | None,
+    progress: Progress | None = None,
+) -> ToolOutput:
+    """Async `run_tool`: uses the sandbox's async twins (native on remote sandboxes).
+
+    With `progress`, a foreground command streams: `progress(chunk, n)` is awaited
+    for its n-th piece of output as it happens (MCP progress notifications, LangChain
+    custom events); the result is the same.
+    """
     try:
         spec, args = _plan(name, arguments)
-        result = await getattr(sandbox, "a" + spec.operation)(**spec.operation_kwargs(args))
+        operation, kwargs = spec.plan(args)
+        if progress is not None and operation == "execute":
+            result: BaseModel = await _streamed(sandbox, kwargs, progress)
+        else:
+            result = await getattr(sandbox, "a" + operation)(**kwargs)
     except Exception as exc:
         return failure(exc, name)
     return _success(spec, args, result)
+
+
+Progress = Callable[[OutputChunk, int], Awaitable[None]]
+
+
+def _streamed_sync(
+    sandbox: Sandbox, kwargs: dict[str, Any], progress: Callable[[OutputChunk, int], None]
+) -> BaseModel:
+    for count, item in enumerate(sandbox.execute_stream(**kwargs), start=1):
+        if isinstance(item, ExecuteResult):
+            return item
+        progress(item, count)
+    raise SandboxError(ErrorCode.INTERNAL, "the command ended without a result")
+
+
+async def _streamed(sandbox: Sandbox, kwargs: dict[str, Any], progress: Progress) -> BaseModel:
+    count = 0
+    async for item in sandbox.aexecute_stream(**kwargs):
+        if isinstance(item, ExecuteResult):
+            return item
+        count += 1
+        await progress(item, count)
+    raise SandboxError(ErrorCode.INTERNAL, "the command ended without a result")

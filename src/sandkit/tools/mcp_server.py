@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 
 from ..errors import SandboxError
+from ..models import OutputChunk
 from ..provider import SandboxKey, SandboxProvider, check_id
 from ..runtime.limits import Limits
 from .dispatch import ToolOutput, arun_tool, failure
@@ -40,6 +41,8 @@ THREAD_META_KEY = "sandkit/thread_id"
 THREAD_HEADER = "x-sandkit-thread"
 SESSION_HEADER = "mcp-session-id"
 DEFAULT_HTTP_PATH = "/mcp"
+# The latest output a progress notification carries while a command runs.
+PROGRESS_CHARS = 2000
 
 
 def session_thread(session_id: str) -> str:
@@ -125,7 +128,12 @@ def create_server(
             sandbox = await anyio.to_thread.run_sync(provider.acquire, key)
         except Exception as exc:
             return _result(failure(exc, params.name))
-        return _result(await arun_tool(sandbox, params.name, params.arguments))
+
+        async def progress(chunk: OutputChunk, count: int) -> None:
+            # A no-op unless the client asked for progress (a progressToken in _meta).
+            await ctx.session.report_progress(count, None, chunk.text[-PROGRESS_CHARS:])
+
+        return _result(await arun_tool(sandbox, params.name, params.arguments, progress))
 
     return Server(
         name,

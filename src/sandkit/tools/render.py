@@ -18,6 +18,8 @@ from ..models import (
     GrepMatch,
     GrepResult,
     ListDirResult,
+    ProcessInfo,
+    ProcessOutput,
     ReadFileResult,
     WriteResult,
 )
@@ -243,3 +245,40 @@ def render_execute(result: ExecuteResult) -> str:
     if result.truncated:
         parts.append("[output truncated: the head and tail of each stream are kept]")
     return "\n".join(parts)
+
+
+# -- background processes -----------------------------------------------------------------
+
+
+def render_started(info: ProcessInfo) -> str:
+    return (
+        f"Started in the background: handle {info.handle} (pid {info.pid}). Read its output "
+        f"with bash_output(handle={info.handle!r}); stop it with bash_kill."
+    )
+
+
+def render_process_output(out: ProcessOutput) -> str:
+    parts: list[str] = []
+    if out.elided_bytes:
+        parts.append(f"[{counted(out.elided_bytes, 'byte', 'bytes')} elided]")
+    for chunk in out.chunks:
+        text = chunk.text.removesuffix("\n")
+        parts.append(text if chunk.stream == "stdout" else "[stderr]\n" + text)
+    if not out.chunks and not out.elided_bytes:
+        parts.append("(no new output)")
+    if out.running:
+        parts.append(f"[still running; call again with since={out.offset} for new output]")
+    else:
+        parts.append(f"[exited with code {out.exit_code}; output ends at offset {out.offset}]")
+    return "\n".join(parts)
+
+
+def render_input(info: ProcessInfo, chars: int, eof: bool) -> str:
+    closed = "; stdin closed" if eof else ""
+    state = "" if info.running else f" (it has exited with code {info.exit_code})"
+    return f"Sent {counted(chars, 'character', 'characters')} to {info.handle}{closed}{state}"
+
+
+def render_signal(info: ProcessInfo, signal: str) -> str:
+    state = "running" if info.running else f"exited with code {info.exit_code}"
+    return f"Sent {signal} to {info.handle} (pid {info.pid}); it is {state}"

@@ -152,6 +152,42 @@ class BashArgs(_Args):
     cwd: str | None = Field(
         default=None, description=f"Working directory; default {WORKSPACE}. {PATH_HELP}"
     )
+    run_in_background: bool = Field(
+        default=False,
+        description="Start it and return at once with a handle (for servers, watchers, long "
+        "builds); read its output with bash_output, stop it with bash_kill. No timeout "
+        "applies; at most $process_max_live run at once.",
+    )
+
+
+class BashOutputArgs(_Args):
+    handle: str = Field(description="The handle bash returned for a background command.")
+    since: int = Field(
+        default=0,
+        ge=0,
+        description="Offset the previous bash_output named, to get only new output "
+        "(0: from the start).",
+    )
+    wait_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds to wait for new output if there is none yet "
+        "(at most $process_wait_max_s).",
+    )
+
+
+class BashInputArgs(_Args):
+    handle: str = Field(description="The handle of a background command.")
+    text: str = Field(description="Text for its stdin; end lines with \\n yourself.")
+    eof: bool = Field(default=False, description="Close its stdin afterwards (end of input).")
+
+
+class BashKillArgs(_Args):
+    handle: str = Field(description="The handle of a background command.")
+    signal: str = Field(
+        default="TERM",
+        description="TERM (ask it to stop), KILL (stop it now), INT, HUP, USR1, USR2, ...",
+    )
 
 
 def _plain(render: Callable[[Any], str]) -> Callable[[Any, Any], str]:
@@ -169,6 +205,10 @@ class ToolSpec:
     render: Callable[[Any, Any], str]  # (result, arguments) -> the text the model reads
     # Tool argument -> operation parameter, where the tool's name differs.
     aliases: Mapping[str, str] = field(default_factory=dict)
+    # Arguments of the tool's own that choose another operation (see `plan`).
+    extras: frozenset[str] = frozenset()
+    # (arguments) -> the operation to run instead of `operation`, or None.
+    switch: Callable[[Any], str | None] | None = None
 
     @property
     def result(self) -> type[BaseModel]:
@@ -179,9 +219,16 @@ class ToolSpec:
     def read_only(self) -> bool:
         return OPERATIONS[self.operation].read_only
 
-    def operation_kwargs(self, args: BaseModel) -> dict[str, Any]:
-        """The operation's keyword arguments for validated tool arguments."""
-        return {self.aliases.get(name, name): value for name, value in args.model_dump().items()}
+    def plan(self, args: BaseModel) -> tuple[str, dict[str, Any]]:
+        """The operation to run for validated tool arguments, and its keyword arguments."""
+        operation = (self.switch(args) if self.switch is not None else None) or self.operation
+        wanted = set(OPERATIONS[operation].parameter_names)
+        kwargs = {
+            self.aliases.get(name, name): value
+            for name, value in args.model_dump().items()
+            if name not in self.extras
+        }
+        return operation, {k: v for k, v in kwargs.items() if k in wanted}
 
 
 SPECS: tuple[ToolSpec, ...] = (
@@ -255,7 +302,40 @@ SPECS: tuple[ToolSpec, ...] = (
         "its timeout is killed.",
         BashArgs,
         "execute",
-        _plain(render.render_execute),
+        lambda result, args: (
+            render.render_started(result)
+            if args.run_in_background
+            else render.render_execute(result)
+        ),
+        extras=frozenset({"run_in_background"}),
+        switch=lambda args: "spawn" if args.run_in_background else None,
+    ),
+    ToolSpec(
+        "bash_output",
+        "Read the output of a background command (bash with run_in_background): what it "
+        "printed after `since`, both streams in order, and whether it still runs. Pass the "
+        "offset it names to get only new output next time; wait_s waits for output to "
+        "arrive. Keeps the first and last bytes of up to $process_output_bytes per process.",
+        BashOutputArgs,
+        "process_output",
+        _plain(render.render_process_output),
+    ),
+    ToolSpec(
+        "bash_input",
+        "Send text to the stdin of a background command (answers to a prompt, a REPL's "
+        "input); eof=true closes its stdin.",
+        BashInputArgs,
+        "write_stdin",
+        lambda result, args: render.render_input(result, len(args.text), args.eof),
+        aliases={"text": "data"},
+    ),
+    ToolSpec(
+        "bash_kill",
+        "Stop a background command: sends a signal (TERM by default, KILL if it does not "
+        "stop) to its whole process group.",
+        BashKillArgs,
+        "signal_process",
+        lambda result, args: render.render_signal(result, args.signal),
     ),
 )
 

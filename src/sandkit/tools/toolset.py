@@ -104,5 +104,26 @@ class SandboxTools:
             offset=offset,
         )
 
-    def bash(self, command: str, timeout: float | None = None, cwd: str | None = None) -> str:
-        return self._text("bash", command=command, timeout=timeout, cwd=cwd)
+    def bash(
+        self,
+        command: str,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        run_in_background: bool = False,
+    ) -> str:
+        return self._text(
+            "bash",
+            command=command,
+            timeout=timeout,
+            cwd=cwd,
+            run_in_background=run_in_background,
+        )
+
+    def bash_output(self, handle: str, since: int = 0, wait_s: float = 0.0) -> str:
+        return self._text("bash_output", handle=handle, since=since, wait_s=wait_s)
+
+    def bash_input(self, handle: str, text: str, eof: bool = False) -> str:
+        return self._text("bash_input", handle=handle, text=text, eof=eof)
+
+    def bash_kill(self, handle: str, signal: str = "TERM") -> str:
+        return self._text("bash_kill", handle=handle, signal=signal)
