@@ -168,6 +168,10 @@ class Sandbox(abc.ABC):
     def list_processes(self) -> ProcessList:
         return self._run(ProcessList, "list_processes", locals())
 
+    def end_processes(self) -> ProcessList:
+        """End every running background process; the ones that were running."""
+        return self._run(ProcessList, "end_processes", locals())
+
     # -- async twins ----------------------------------------------------------------
 
     async def aread_file(
@@ -266,6 +270,9 @@ class Sandbox(abc.ABC):
 
     async def alist_processes(self) -> ProcessList:
         return await self._arun(ProcessList, "list_processes", locals())
+
+    async def aend_processes(self) -> ProcessList:
+        return await self._arun(ProcessList, "end_processes", locals())
 
 
 async def _bridge(stream: StreamCall) -> AsyncIterator[dict[str, Any]]:

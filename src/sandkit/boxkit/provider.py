@@ -173,6 +173,20 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
             sandbox.close()
         box.http.replace(None)
 
+    def _stop_ends_processes(self) -> bool:
+        """Does stopping a box end what runs in it? (Not for a VM that is paused.)"""
+        return True
+
+    def _end_processes(self, box: B) -> None:
+        """End the box's background processes before a stop that would keep them."""
+        sandbox = box.sandbox
+        if sandbox is None or sandbox.closed or not self.options.execute_enabled:
+            return
+        try:
+            sandbox.end_processes()
+        except SandboxError as exc:  # the box may be gone already: its processes with it
+            log.info("ending the processes of %s before the stop: %s", box.key, exc)
+
     def _after_shutdown(self, handles: Sequence[Any]) -> None:
         """Clean-up once every box is shut (networks, volumes, waiting for deletions)."""
 
@@ -249,6 +263,8 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         held = self._boxes.take_all()
         for box in held:
             with box.lock:
+                if not self._stop_ends_processes():
+                    self._end_processes(box)
                 self._close_box(box)
         try:
             handles = self._list_boxes()
@@ -264,7 +280,18 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
             raise failed(f"{self.name} shutdown", failures)
 
     def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
-        return self._boxes.reap_idle(max_idle_s, lambda box: self._stop_locked(box, False))
+        keep = None if self.settings.reap_running_processes else self._runs_processes
+        return self._boxes.reap_idle(max_idle_s, lambda box: self._stop_locked(box, False), keep)
+
+    def _runs_processes(self, box: B) -> bool:
+        """Has the box background processes running? (Then it is not idle.)"""
+        sandbox = box.sandbox
+        if sandbox is None or not self.options.execute_enabled:
+            return False
+        try:
+            return any(p.running for p in sandbox.list_processes().processes)
+        except SandboxError:
+            return False  # cannot tell: an unreachable box is reaped
 
     @property
     def owner(self) -> str:
@@ -281,6 +308,8 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         self._boxes.forget(box)
 
     def _stop_locked(self, box: B, remove: bool) -> None:
+        if not remove and not self._stop_ends_processes():
+            self._end_processes(box)
         self._close_box(box)
         what = f"{'removing' if remove else 'stopping'} sandbox {box.key.sandbox_id}"
         try:

@@ -80,14 +80,22 @@ class BoxTable(Generic[B]):
             self._boxes.clear()
         return boxes
 
-    def reap_idle(self, max_idle_s: float, stop: Callable[[B], None]) -> list[SandboxKey]:
-        """`stop` (under the record's lock) every box idle for `max_idle_s`; their keys."""
+    def reap_idle(
+        self,
+        max_idle_s: float,
+        stop: Callable[[B], None],
+        keep: Callable[[B], bool] | None = None,
+    ) -> list[SandboxKey]:
+        """`stop` (under the record's lock) every box idle for `max_idle_s` unless
+        `keep(box)` says it is still in use; their keys."""
         cutoff = time.monotonic() - max_idle_s
         with self._lock:
             boxes = list(self._boxes.values())
         reaped = []
         for box in boxes:
             if not _idle(box, cutoff):  # cheap look first: never wait on a busy box's lock
+                continue
+            if keep is not None and keep(box):
                 continue
             with box.lock:
                 if not _idle(box, cutoff):

@@ -76,6 +76,7 @@ OPERATIONS: Dict[str, Operation] = {
         Operation("signal_process", processes.signal_process, "ProcessInfo"),
         Operation("wait_process", processes.wait_process, "ProcessInfo", read_only=True),
         Operation("list_processes", processes.list_processes, "ProcessList", read_only=True),
+        Operation("end_processes", processes.end_processes, "ProcessList"),
     )
 }
 

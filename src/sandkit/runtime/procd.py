@@ -221,7 +221,7 @@ class ProcdClient:
         return self._call("list", {}, absent={"processes": []})
 
     def end_all(self) -> Dict[str, Any]:
-        return self._call("end_all", {}, absent={"ended": 0})
+        return self._call("end_all", {}, absent={"processes": []})
 
     # plumbing -------------------------------------------------------------------------------
 

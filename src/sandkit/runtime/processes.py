@@ -310,7 +310,7 @@ class ProcessTable:
 
     def end_all(self) -> Dict[str, Any]:
         """End every live process's group (release, shutdown); they are then listed as
-        ended. Returns how many were running."""
+        ended. Returns the ones that were running."""
         with self._lock:
             live = [e for e in self._processes.values() if e.running]
         for entry in live:
@@ -330,7 +330,7 @@ class ProcessTable:
             with entry.changed:
                 while entry.running:
                     entry.changed.wait(1.0)
-        return {"ended": len(live)}
+        return {"processes": [entry.info() for entry in live]}
 
     # -- state ----------------------------------------------------------------------------
 
@@ -445,3 +445,10 @@ def wait_process(ctx: Context, handle: Any, timeout: Any = None) -> Dict[str, An
 
 def list_processes(ctx: Context) -> Dict[str, Any]:
     return _host(ctx).list()
+
+
+def end_processes(ctx: Context) -> Dict[str, Any]:
+    """End every running background process (TERM, KILL after a grace); the ones ended.
+
+    Providers call it before a release that would otherwise keep them (a paused VM)."""
+    return _host(ctx).end_all()

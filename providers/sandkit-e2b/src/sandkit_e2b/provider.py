@@ -178,6 +178,10 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
             and (agent is None or not agent.finished.is_set())
         )
 
+    def _stop_ends_processes(self) -> bool:
+        # A paused sandbox would keep them, frozen, until it is resumed.
+        return self.options.release == "kill" and self.options.shutdown == "kill"
+
     def _box_rg_path(self) -> str | None:
         return self._archive().rg_path
 

@@ -26,6 +26,7 @@ from .jail import NameTests, ReadOnlyTests, SymlinkTests
 from .lifecycle import LifecycleTests
 from .listing import ListDirTests
 from .masking import MaskingTests
+from .processes import ProcessTests, StreamTests
 from .suite import CheckedSandbox, ConformanceBase
 
 
@@ -43,6 +44,8 @@ class OperationConformance(
     GrepTests,
     ExecuteTests,
     RedactionTests,
+    StreamTests,
+    ProcessTests,
     ReadOnlyTests,
     SymlinkTests,
     NameTests,

@@ -116,6 +116,32 @@ class CheckedSandbox:
         if name.startswith("_") or not callable(attr):
             return attr
         forbidden = self._forbidden
+        if inspect.isasyncgenfunction(attr):
+
+            @functools.wraps(attr)
+            async def checked_agen(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    async for item in attr(*args, **kwargs):
+                        assert_clean(item, forbidden, f"{name}() event")
+                        yield item
+                except Exception as exc:
+                    assert_error_clean(exc, forbidden)
+                    raise
+
+            return checked_agen
+        if inspect.isgeneratorfunction(attr):
+
+            @functools.wraps(attr)
+            def checked_gen(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    for item in attr(*args, **kwargs):
+                        assert_clean(item, forbidden, f"{name}() event")
+                        yield item
+                except Exception as exc:
+                    assert_error_clean(exc, forbidden)
+                    raise
+
+            return checked_gen
         if inspect.iscoroutinefunction(attr):
 
             @functools.wraps(attr)
