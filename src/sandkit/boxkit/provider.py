@@ -288,10 +288,13 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         sandbox = box.sandbox
         if sandbox is None or not self.options.execute_enabled:
             return False
+        used = sandbox.last_used  # asking is not using: the box stays as idle as it was
         try:
             return any(p.running for p in sandbox.list_processes().processes)
         except SandboxError:
             return False  # cannot tell: an unreachable box is reaped
+        finally:
+            sandbox.last_used = used
 
     @property
     def owner(self) -> str:
