@@ -49,18 +49,26 @@ PROBE_TIMEOUT_S = 60.0
 BOMB_SPARE = 8  # process slots that may still be held by zombies waiting for their reaper
 
 # Forks sleeping children until fork fails or PROBE_MAX is reached; prints the count.
+# It kills and reaps them itself: left to the group kill they would be orphans, and an
+# orphan holds its process slot until init reaps it (on local the host's init, which
+# may take seconds), so the next probe or bomb would find the slots still taken.
 PROBE = f"""\
-import os, time
-n = 0
+import os, signal, time
+children = []
 try:
-    while n < {PROBE_MAX}:
-        if os.fork() == 0:
+    while len(children) < {PROBE_MAX}:
+        pid = os.fork()
+        if pid == 0:
             time.sleep(20)
             os._exit(0)
-        n += 1
+        children.append(pid)
 except OSError:
     pass
-print(n)
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+for pid in children:
+    os.waitpid(pid, 0)
+print(len(children))
 """
 # Touches up to 4 GiB, 64 MiB at a time; "survived" means no limit stopped it.
 HOG = """\
