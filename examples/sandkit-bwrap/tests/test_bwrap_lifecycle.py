@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -141,7 +142,14 @@ def test_a_box_killed_from_outside_is_restarted_by_the_next_acquire(
     k = key("killed")
     box = provider.acquire(k)
     box.write_file("kept.txt", "kept")
-    subprocess.run(["kill", "-KILL", str(pid_of(provider, k))], check=True)
+    pid = pid_of(provider, k)
+    subprocess.run(["kill", "-KILL", str(pid)], check=True)
+    # Dead once its PID 1 is (the kernel ends the namespace with it): a call before
+    # that may legitimately still be answered.
+    deadline = time.monotonic() + 30
+    while alive(pid):
+        assert time.monotonic() < deadline, "the box's PID 1 outlived SIGKILL"
+        time.sleep(0.01)
     with pytest.raises(SandboxError) as info:
         box.execute("true")
     assert info.value.code is ErrorCode.UNAVAILABLE
