@@ -23,6 +23,8 @@ LIMITS = LimitsSettings(search_timeout_s=3.0)
 
 
 class TestLocalConformance(SandboxConformance):
+    processes_outlive_provider = False  # they live in the provider's process
+
     @pytest.fixture
     def provider(self, make_local: Callable[..., LocalProvider]) -> Iterator[LocalProvider]:
         yield make_local(execute_enabled=True, secrets=[SECRET], limits=LIMITS)

@@ -12,6 +12,7 @@ import pytest
 from sandkit_e2b.provider import E2BProvider
 
 from sandkit import SandboxKey
+from sandkit.provider import SandboxProvider
 from sandkit.testing.conformance.shared_box import SharedBoxConformance, host_forbidden
 from sandkit.testing.conformance.suite import SeedUpload
 
@@ -23,6 +24,10 @@ class E2BConformance(SharedBoxConformance):
     @pytest.fixture
     def provider(self, e2b_provider: E2BProvider) -> E2BProvider:
         return e2b_provider
+
+    def another_instance(self, provider: SandboxProvider) -> SandboxProvider:
+        assert isinstance(provider, E2BProvider)
+        return E2BProvider(provider.settings, sandbox_class=provider.sdk)
 
     @pytest.fixture
     def forbidden_strings(self, e2b_root: Path) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -16,6 +17,9 @@ from sandkit import ErrorCode, SandboxError, SandboxKey
 from sandkit.provider import SandboxProvider
 
 from .suite import WORKSPACE, ConformanceBase, raises_code, unique
+
+# Far above what any check needs on a loaded machine; reached only by a real failure.
+BOUND_S = 30.0
 
 
 class LifecycleTests(ConformanceBase):
@@ -119,3 +123,66 @@ class LifecycleTests(ConformanceBase):
         with pytest.raises(SandboxError) as info:
             box.list_dir()
         assert info.value.code is ErrorCode.UNAVAILABLE
+
+    # -- background processes and the lifecycle ---------------------------------------
+
+    # Do background processes outlive the provider instance that started them (a box
+    # provider: they live in the box)? The local provider keeps them in its process.
+    processes_outlive_provider: ClassVar[bool] = True
+
+    def another_instance(self, provider: SandboxProvider) -> SandboxProvider:
+        """A second provider instance with the same settings (another replica, or the
+        same deployment after a restart); override when the constructor needs more."""
+        return type(provider)(provider.settings)  # type: ignore[call-arg]
+
+    def test_release_ends_background_processes(
+        self, prov: SandboxProvider, fresh_key: SandboxKey
+    ) -> None:
+        box = prov.acquire(fresh_key)
+        info = box.spawn("echo ready; sleep 300")
+        assert box.process_output(info.handle, wait_s=BOUND_S).stdout == "ready\n"
+        prov.release(fresh_key)
+        again = prov.acquire(fresh_key)
+        try:
+            listed = {p.handle: p for p in again.list_processes().processes}
+        finally:
+            prov.release(fresh_key)
+        assert info.handle not in listed or not listed[info.handle].running
+
+    def test_idle_reaping_spares_a_box_whose_processes_run(
+        self, prov: SandboxProvider, fresh_key: SandboxKey
+    ) -> None:
+        box = prov.acquire(fresh_key)
+        info = box.spawn("sleep 300")
+        assert fresh_key not in prov.reap_idle(0)
+        assert prov.get(fresh_key) is not None
+        box.signal_process(info.handle, "KILL")
+        box.wait_process(info.handle, timeout=BOUND_S)
+        assert fresh_key in prov.reap_idle(0)
+
+    def test_background_processes_and_a_second_provider_instance(
+        self, prov: SandboxProvider, fresh_key: SandboxKey
+    ) -> None:
+        box = prov.acquire(fresh_key)
+        info = box.spawn("echo ready; sleep 300")
+        assert box.process_output(info.handle, wait_s=BOUND_S).stdout == "ready\n"
+        other = self.another_instance(prov)  # never shut down: it shares the owner
+        seen = other.acquire(fresh_key)
+        try:
+            if self.processes_outlive_provider:  # found again, with their output
+                listed = {p.handle: p for p in seen.list_processes().processes}
+                assert listed[info.handle].running
+                assert seen.process_output(info.handle).stdout == "ready\n"
+                seen.signal_process(info.handle, "KILL")
+                assert seen.wait_process(info.handle, timeout=BOUND_S).exit_code == 137
+            else:  # they belong to the instance that started them, and end with it
+                with raises_code(ErrorCode.NOT_FOUND):
+                    seen.process_output(info.handle)
+                prov.release(fresh_key)
+                with raises_code(ErrorCode.NOT_FOUND):
+                    prov.acquire(fresh_key).process_output(info.handle)
+                assert seen.execute(f"kill -0 {info.pid} 2>/dev/null || echo gone").stdout == (
+                    "gone\n"
+                )
+        finally:
+            seen.close()
