@@ -19,7 +19,7 @@ from sandkit.testing.conformance.suite import CheckedSandbox, SeedUpload
 
 SECRET = "sk-test-7f3a9c1e5b2d-do-not-print"
 # Small enough that a runaway pattern costs the suite seconds, not half a minute.
-LIMITS = LimitsSettings(search_timeout_s=3.0)
+LIMITS = LimitsSettings(search_timeout_s=3.0, exec_stream_bytes=256 * 1024)
 
 
 class TestLocalConformance(SandboxConformance):

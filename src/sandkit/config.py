@@ -76,6 +76,7 @@ class LimitsSettings(BaseModel):
     exec_default_timeout_s: float = Field(_DEFAULTS.exec_default_timeout_s, gt=0, le=86_400)
     exec_max_timeout_s: float = Field(_DEFAULTS.exec_max_timeout_s, gt=0, le=86_400)
     exec_output_bytes: int = Field(_DEFAULTS.exec_output_bytes, ge=1 * KIB, le=16 * MIB)
+    exec_stream_bytes: int = Field(_DEFAULTS.exec_stream_bytes, ge=1 * KIB, le=4 * GIB)
     process_max_live: int = Field(_DEFAULTS.process_max_live, ge=1, le=256)
     process_output_bytes: int = Field(_DEFAULTS.process_output_bytes, ge=4 * KIB, le=64 * MIB)
     process_wait_max_s: float = Field(_DEFAULTS.process_wait_max_s, gt=0, le=600)

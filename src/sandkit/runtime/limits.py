@@ -33,6 +33,8 @@ class Limits:
     exec_default_timeout_s: float = 120.0
     exec_max_timeout_s: float = 3600.0
     exec_output_bytes: int = 64 * KIB
+    # execute_stream: output delivered live per stream before the stream elides.
+    exec_stream_bytes: int = 16 * MIB
     # Background processes (spawn): live ones per sandbox, output kept per process
     # (head and tail), and the longest a process_output/wait_process call may wait.
     process_max_live: int = 16

@@ -440,14 +440,13 @@ Emit = Callable[[Dict[str, Any]], None]
 
 class _Tap:
     """One stream of a streamed command: into the HeadTail like `execute`, and out as
-    cleaned events as long as nothing is cut (`exec_output_bytes` per stream); when the
-    middle starts being elided, one `elided` event and no more (the tail comes with the
-    result)."""
+    cleaned events up to `exec_stream_bytes`; past that, one `elided` event and no
+    more (the result still carries the head and tail `execute` would)."""
 
     def __init__(self, name: str, keep: HeadTail, ctx: Context, emit: Emit) -> None:
         self.name = name
         self.keep = keep
-        self._budget = keep.head + keep.tail
+        self._budget = max(ctx.limits.exec_stream_bytes, 0)
         self._elided = False
         self._cleaner = stream_cleaner(ctx)
         self._emit = emit

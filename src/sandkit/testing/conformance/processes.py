@@ -101,13 +101,13 @@ class StreamTests(ConformanceBase):
             assert piece not in joined
 
     def test_a_stream_says_when_it_starts_eliding(self, sb: Sandbox, limits: Limits) -> None:
-        size = limits.exec_output_bytes * 3
+        size = max(limits.exec_stream_bytes, limits.exec_output_bytes) * 2
         command = f"head -c {size} /dev/zero | tr '\\0' x; echo; echo tail-end"
         chunks, result = _split(list(sb.execute_stream(command)))
         elided = [c for c in chunks if c.elided]
         assert [c.stream for c in elided] == ["stdout"]
         streamed = len(_text(chunks, "stdout"))
-        assert streamed <= limits.exec_output_bytes, "the stream went past the cap"
+        assert streamed <= limits.exec_stream_bytes, "the stream went past its cap"
         assert result.truncated and result.stdout.endswith("tail-end\n")
         assert result == sb.execute(command).model_copy(update={"duration_ms": result.duration_ms})
 

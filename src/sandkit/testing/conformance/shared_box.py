@@ -27,7 +27,7 @@ from . import SandboxConformance
 from .suite import SeedUpload
 
 # Small enough that a runaway pattern costs the suite seconds, not half a minute.
-SUITE_LIMITS = LimitsSettings(search_timeout_s=3.0)
+SUITE_LIMITS = LimitsSettings(search_timeout_s=3.0, exec_stream_bytes=256 * 1024)
 
 
 def host_forbidden(data_root: Path) -> list[str]:
