@@ -7,6 +7,7 @@ run in a cgroup of their own (or under rlimits), see `hostlimits`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -55,16 +56,8 @@ class LocalSandbox(Sandbox):
         )
 
     def close(self) -> None:
-        """Later calls fail with UNAVAILABLE; background processes are ended."""
+        """Later calls fail with UNAVAILABLE (the provider's release ends its processes)."""
         self._closed = True
-        processes = self.runtime.context.processes
-        if processes is not None:
-            processes.end_all()
-
-    @property
-    def running_processes(self) -> int:
-        processes = self.runtime.context.processes
-        return len([p for p in processes.list()["processes"] if p["running"]]) if processes else 0
 
     def _check_open(self) -> None:
         if self._closed:
@@ -146,7 +139,7 @@ class LocalProvider(SandboxProvider):
             sandbox = self._active.pop(key, None)
             bounds = self._bounds.pop(key, None)
         if sandbox is not None:
-            sandbox.close()
+            self._end(sandbox)
         if bounds is not None:  # kill what its commands left running, delete the cgroup
             bounds.remove()
 
@@ -160,9 +153,28 @@ class LocalProvider(SandboxProvider):
             bounds = list(self._bounds.values())
             self._bounds.clear()
         for sandbox in sandboxes:
-            sandbox.close()
+            self._end(sandbox)
         for each in bounds:
             each.remove()
+
+    def _end(self, sandbox: Sandbox) -> None:
+        """End the sandbox's background processes, then close it."""
+        if self.settings.execute_enabled:
+            with contextlib.suppress(SandboxError):  # an agent that is gone took them along
+                sandbox.end_processes()
+        sandbox.close()
+
+    def _runs_processes(self, sandbox: Sandbox) -> bool:
+        if not self.settings.execute_enabled:
+            return False
+        used = getattr(sandbox, "last_used", None)  # asking is not using
+        try:
+            return any(p.running for p in sandbox.list_processes().processes)
+        except SandboxError:
+            return False
+        finally:
+            if used is not None:
+                sandbox.last_used = used  # type: ignore[attr-defined]
 
     def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
         cutoff = time.monotonic() - max_idle_s
@@ -171,7 +183,7 @@ class LocalProvider(SandboxProvider):
             idle = [
                 k
                 for k, s in self._active.items()
-                if s.last_used < cutoff and not (spare_running and s.running_processes)
+                if s.last_used < cutoff and not (spare_running and self._runs_processes(s))
             ]
         for key in idle:
             self.release(key)

@@ -44,6 +44,7 @@ IDLE_EXIT_S = 300.0
 START_TIMEOUT_S = 10.0
 # Frames are small (requests, and output capped by exec_output_bytes per read).
 _MAX_LINE = 64 << 20
+POOL_SIZE = 8
 _OPS = ("spawn", "output", "write_stdin", "signal", "wait", "list", "end_all")
 
 
@@ -199,6 +200,9 @@ class ProcdClient:
         self._path = os.path.join(self._dir, "sock")
         self._agent = agent
         self._start_lock = threading.Lock()
+        # Authenticated connections kept for the next calls (one handshake, not one per call).
+        self._pool_lock = threading.Lock()
+        self._idle: List[socket.socket] = []
 
     # ProcessHost -------------------------------------------------------------------------
 
@@ -232,21 +236,21 @@ class ProcdClient:
         start: bool = False,
         absent: Optional[Dict[str, Any]] = None,
     ) -> Dict[str, Any]:
-        sock = self._connect()
-        if sock is None:
-            if absent is not None:
-                return absent  # no supervisor, so no processes
-            if not start:
-                raise SandboxError(
-                    ErrorCode.NOT_FOUND,
-                    "no background process %r" % (str(params.get("handle", ""))[:80]),
-                )
-            sock = self._start()
-        with sock:
-            _send(sock, {"op": op, "params": params})
-            reply = _Lines(sock).next()
+        reply = self._pooled(op, params)  # an idle connection may be stale: then None
         if reply is None:
-            raise SandboxError(ErrorCode.UNAVAILABLE, "the box's process supervisor went away")
+            sock = self._connect()
+            if sock is None:
+                if absent is not None:
+                    return absent  # no supervisor, so no processes
+                if not start:
+                    raise SandboxError(
+                        ErrorCode.NOT_FOUND,
+                        "no background process %r" % str(params.get("handle", ""))[:80],
+                    )
+                sock = self._start()
+            reply = self._exchange(sock, op, params)
+            if reply is None:
+                raise SandboxError(ErrorCode.UNAVAILABLE, "the box's process supervisor went away")
         if "error" in reply:
             error = reply["error"] if isinstance(reply["error"], dict) else {}
             raise SandboxError.from_dict(
@@ -256,6 +260,33 @@ class ProcdClient:
         if not isinstance(result, dict):
             raise SandboxError(ErrorCode.INTERNAL, "the process supervisor sent a bad answer")
         return result
+
+    def _pooled(self, op: str, params: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The reply over an idle connection, or None when there is none or it is stale."""
+        with self._pool_lock:
+            sock = self._idle.pop() if self._idle else None
+        return None if sock is None else self._exchange(sock, op, params)
+
+    def _exchange(
+        self, sock: socket.socket, op: str, params: Dict[str, Any]
+    ) -> Optional[Dict[str, Any]]:
+        try:
+            _send(sock, {"op": op, "params": params})
+            reply = _Lines(sock).next()
+        except (OSError, ValueError):
+            reply = None
+        if reply is None:
+            sock.close()
+        else:
+            self._give_back(sock)
+        return reply
+
+    def _give_back(self, sock: socket.socket) -> None:
+        with self._pool_lock:
+            if len(self._idle) < POOL_SIZE:
+                self._idle.append(sock)
+                return
+        sock.close()
 
     def _connect(self) -> Optional[socket.socket]:
         """A connection that passed the handshake, or None when no supervisor listens."""
