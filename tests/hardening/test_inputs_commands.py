@@ -296,12 +296,18 @@ def fork_bombs(box: Box, cases: Cases, probe: Callable[[], int], capacity: int) 
             # The next calls work at once (they must fork too), and the bomb is gone.
             if not poll(lambda: group_left(box, pgid) == 0, GONE_S):
                 raise Unbounded(f"{group_left(box, pgid)} processes of the bomb still run")
-            if not poll(lambda: probe() >= capacity - BOMB_SPARE, GONE_S):
-                raise Unbounded(f"capacity {probe()} of {capacity} after the bomb")
+            free: list[int] = []  # what each probe found
+
+            def capacity_back() -> bool:
+                free.append(probe())
+                return free[-1] >= capacity - BOMB_SPARE
+
+            if not poll(capacity_back, GONE_S):
+                raise Unbounded(f"capacity {free[-1]} of {capacity} after the bomb")
             print(
                 f"\n[{box.kind}] {command!r}: returned in {returned:.2f} s "
-                f"(timed_out={result.timed_out}), nothing left and {capacity} processes "
-                f"free again after {time.monotonic() - started:.2f} s"
+                f"(timed_out={result.timed_out}), nothing left and {free[-1]} of {capacity} "
+                f"processes free again after {time.monotonic() - started:.2f} s"
             )
             return result
 
