@@ -162,3 +162,25 @@ def test_shipped_source_parses_as_python_3_9(name: str) -> None:
     )
     if has_annotations:
         assert b"from __future__ import annotations" in data, name
+
+
+def test_a_fresh_agent_needs_no_unicode_scan_for_common_patterns() -> None:
+    """The zipapp ships the character sets a first grep would build by scanning all of
+    Unicode (~0.25 s): with this interpreter, translating common patterns scans nothing."""
+    script = (
+        "import sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from sandkit.runtime import rxinfo\n"
+        "for p in ('def main', 'TODO', r'\\w+_test', r'\\s+\\d+'):\n"
+        "    for cs in (False, True):\n"
+        "        rxinfo.pattern_info(p, False, cs, False).translate()\n"
+        "print('scanned' if rxinfo._ALL is not None else 'no scan')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", script, str(build.agent_zipapp())],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == "no scan"

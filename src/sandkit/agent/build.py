@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -57,7 +58,11 @@ def zipapp_members() -> List[Tuple[str, bytes]]:
 
 
 def content_hash(members: Optional[List[Tuple[str, bytes]]] = None) -> str:
-    digest = hashlib.sha256(FORMAT.encode())
+    """What names a zipapp: its source members and (for the generated Unicode tables)
+    the Python and Unicode versions of the interpreter that builds it."""
+    from ..runtime.rxinfo import tables_key
+
+    digest = hashlib.sha256(FORMAT.encode() + b"\0" + tables_key().encode())
     for name, data in members if members is not None else zipapp_members():
         digest.update(b"\0%s\0%d\0" % (name.encode(), len(data)))
         digest.update(data)
@@ -73,7 +78,7 @@ def write_zipapp(out: Path, members: Optional[List[Tuple[str, bytes]]] = None) -
         with os.fdopen(fd, "wb") as handle:
             handle.write(SHEBANG)
             with zipfile.ZipFile(handle, "w", zipfile.ZIP_STORED) as archive:
-                for name, data in members if members is not None else zipapp_members():
+                for name, data in members if members is not None else with_tables(zipapp_members()):
                     info = zipfile.ZipInfo(name, date_time=FIXED_TIME)
                     info.compress_type = zipfile.ZIP_STORED
                     info.create_system = 3  # unix, whatever builds it
@@ -93,6 +98,15 @@ def cache_dir() -> Path:
     return Path(base) / "sandkit"
 
 
+def with_tables(members: List[Tuple[str, bytes]]) -> List[Tuple[str, bytes]]:
+    """The members plus this interpreter's precomputed Unicode sets (runtime/rxinfo.py):
+    a fresh agent's first grep then costs what a warm one does (same Python in the box)."""
+    from ..runtime import rxinfo
+
+    tables = json.dumps(rxinfo.build_tables(), sort_keys=True, separators=(",", ":")).encode()
+    return sorted([*members, ("sandkit/runtime/%s" % rxinfo.TABLES_FILE, tables)])
+
+
 def agent_zipapp() -> Path:
     """Path of the agent zipapp for this sandkit, building it on first use."""
     members = zipapp_members()
@@ -104,7 +118,7 @@ def agent_zipapp() -> Path:
         if path.is_file():
             return path
         try:
-            return write_zipapp(path, members)
+            return write_zipapp(path, with_tables(members))
         except OSError:
             continue  # cache not writable: fall back to a private temp dir
     raise OSError("cannot write the agent zipapp to %s or a temp dir" % cache_dir())

@@ -32,6 +32,7 @@ REQUIRED = (
     "io",
     "json",
     "os",
+    "pkgutil",
     "platform",
     "posixpath",
     "re",
@@ -50,6 +51,7 @@ REQUIRED = (
     "traceback",
     "types",
     "typing",
+    "unicodedata",
 )
 REQUIRED_HTTP = ("http.server", "socketserver")
 # Used when present, never a reason not to start.

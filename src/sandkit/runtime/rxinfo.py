@@ -24,7 +24,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
+import pkgutil
 import re
+import sys
+import unicodedata
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 _parser: Any
@@ -111,6 +115,54 @@ _SET_CACHE: Dict[Tuple[str, int], Ranges] = {}
 _ASCII_TABLES: Dict[int, Dict[int, Ranges]] = {}
 
 
+# Character sets a fresh process would otherwise compute on its first grep (scanning
+# all of Unicode, ~0.25 s): computed once when the agent zipapp is built, shipped in it,
+# used when the interpreter in the box has the same Python and Unicode versions.
+TABLES_FILE = "unicode_tables.json"
+# As `py_char_node` writes them (sre parses a bare \w as a class holding the category).
+_COMMON_SETS = ("[\\w]", "[\\W]", "[\\d]", "[\\D]", "[\\s]", "[\\S]")
+_TABLES_LOADED = False
+
+
+def tables_key() -> str:
+    return "%d.%d/%s" % (sys.version_info[0], sys.version_info[1], unicodedata.unidata_version)
+
+
+def build_tables() -> Dict[str, Any]:
+    """The precomputed sets, as JSON-able data (see TABLES_FILE)."""
+    flag_sets = sorted({_set_flags(f) for f in (ICASE, ICASE | S, ICASE | A, ICASE | S | A)})
+    ascii_tables = {
+        str(f): [list(map(list, _ascii_table(f)[c])) for c in range(128)] for f in flag_sets
+    }
+    sets = [
+        [src, f, [list(r) for r in scan_ranges(src, f)]]
+        for src in _COMMON_SETS
+        for f in (0, ICASE, S, A)
+    ]
+    return {"key": tables_key(), "ascii": ascii_tables, "sets": sets}
+
+
+def _load_tables() -> None:
+    """Seed the caches from the shipped tables, once (nothing when there are none)."""
+    global _TABLES_LOADED
+    if _TABLES_LOADED:
+        return
+    _TABLES_LOADED = True
+    try:
+        raw = pkgutil.get_data(__package__ or "sandkit.runtime", TABLES_FILE)
+        data = json.loads(raw) if raw else None
+    except (OSError, ValueError):
+        return
+    if not isinstance(data, dict) or data.get("key") != tables_key():
+        return
+    for flags, table in data["ascii"].items():
+        _ASCII_TABLES[int(flags)] = {
+            c: tuple((lo, hi) for lo, hi in ranges) for c, ranges in enumerate(table)
+        }
+    for src, flags, ranges in data["sets"]:
+        _SET_CACHE[(src, flags)] = tuple((lo, hi) for lo, hi in ranges)
+
+
 def _all_chars() -> Tuple[str, str]:
     global _ALL
     if _ALL is None:
@@ -127,6 +179,7 @@ def _set_flags(flags: int) -> int:
 
 def scan_ranges(src: str, flags: int) -> Ranges:
     """The code points (surrogates excluded) that the one-character regex `src` matches."""
+    _load_tables()
     key = (src, _set_flags(flags))
     cached = _SET_CACHE.get(key)
     if cached is not None:
@@ -137,13 +190,14 @@ def scan_ranges(src: str, flags: int) -> Ranges:
     ranges += [(m.start() + 0xE000, m.end() - 1 + 0xE000) for m in rx.finditer(high)]
     result = tuple(ranges)
     if len(_SET_CACHE) > 512:
-        _SET_CACHE.clear()
+        _SET_CACHE.clear()  # the shipped sets come back from the next computation
     _SET_CACHE[key] = result
     return result
 
 
 def _ascii_table(flags: int) -> Dict[int, Ranges]:
     """For each ASCII character, every code point it matches under `flags` (with IGNORECASE)."""
+    _load_tables()
     key = _set_flags(flags)
     table = _ASCII_TABLES.get(key)
     if table is not None:
