@@ -29,8 +29,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 for extra in (
@@ -53,7 +54,7 @@ TICKER = (
     "python3 -u -c 'import sys, time\n"
     "for i in range({n}): print(repr(time.monotonic())); time.sleep(0.01)'"
 )
-SHORT_COMMANDS = ("true", "find /usr/lib/python3* -maxdepth 1 -name \"*.py\" | head -n 20")
+SHORT_COMMANDS = ("true", 'find /usr/lib/python3* -maxdepth 1 -name "*.py" | head -n 20')
 IN_BOX_TIMER = """
 import json, statistics, subprocess, sys, time
 cmd, n = sys.argv[1], int(sys.argv[2])
@@ -164,9 +165,7 @@ def execute_vs_subprocess(box: Sandbox, n: int) -> dict[str, Any]:
     box.write_file("timer.py", IN_BOX_TIMER)
     for command in SHORT_COMMANDS:
         ours = percentiles(timed(lambda c=command: box.execute(c), n))
-        inside = box.execute(
-            f"python3 timer.py {json.dumps(command)} {n}", timeout=600
-        ).stdout
+        inside = box.execute(f"python3 timer.py {json.dumps(command)} {n}", timeout=600).stdout
         baseline = json.loads(inside)
         results[command] = {
             "execute": ours,
