@@ -235,7 +235,7 @@ def test_execute_disabled_is_reported_in_the_output(
 ) -> None:
     backend = SandkitBackend(make_local().acquire(SandboxKey("agent", "off")))
     result = backend.execute("echo hi")
-    assert result.output.startswith("Error [EXECUTE_DISABLED]: ") and result.exit_code is None
+    assert result.output.startswith("execute_disabled: ") and result.exit_code is None
 
 
 def test_upload_and_download_files(backend: SandkitBackend, base: str) -> None:

@@ -27,10 +27,13 @@ from __future__ import annotations
 import base64
 import posixpath
 import re
-from collections.abc import Callable
+import shlex
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from deepagents.backends.protocol import (
+    DeleteResult,
     EditResult,
     ExecuteResponse,
     FileData,
@@ -48,11 +51,11 @@ from deepagents.backends.protocol import (
 from langchain_core.runnables.config import ensure_config
 
 from ..errors import ErrorCode, SandboxError
-from ..models import ExecuteResult, ListDirResult, ReadFileResult
+from ..models import ExecuteResult, ListDirResult, OutputChunk, ReadFileResult
 from ..models import GlobResult as SkGlobResult
 from ..models import GrepResult as SkGrepResult
 from ..provider import SandboxKey, SandboxProvider
-from ..runtime.pathmap import WORKSPACE
+from ..runtime.pathmap import SKILLS, UPLOADS, WORKSPACE
 from ..sandbox import Sandbox
 from .langchain import key_from_config
 
@@ -87,8 +90,15 @@ class SandkitBackend(SandboxBackendProtocol):
     binary_preview_max_bytes = 500 * 1024
     """Largest binary file `read` returns (base64), as deepagents' own sandboxes do."""
 
-    def __init__(self, sandbox: Sandbox) -> None:
+    execute_output_bytes = 1024 * 1024
+    """Default bound on the output one `execute` returns (stdout and stderr together, in
+    the order produced; past it the head and tail are kept and `truncated` is set).
+    Never more than the sandbox's `exec_stream_bytes`, what a stream delivers whole."""
+
+    def __init__(self, sandbox: Sandbox, *, execute_output_bytes: int | None = None) -> None:
         self._sandbox = sandbox
+        if execute_output_bytes is not None:
+            self.execute_output_bytes = max(int(execute_output_bytes), 1024)
 
     @property
     def sandbox(self) -> Sandbox:
@@ -147,7 +157,7 @@ class SandkitBackend(SandboxBackendProtocol):
                 try:
                     data = await self.sandbox.aread_bytes(file_path)
                 except SandboxError as bytes_exc:
-                    return ReadResult(error=_error(bytes_exc))
+                    return self._binary(file_path, _raiser(bytes_exc))
                 return self._binary(file_path, lambda: data)
             return _past_end(probe, offset)
         return _read_result(window, limit)
@@ -156,26 +166,37 @@ class SandkitBackend(SandboxBackendProtocol):
         try:
             data = fetch()
         except SandboxError as exc:
+            if exc.code is ErrorCode.TOO_LARGE:
+                return ReadResult(error=self._preview_error(file_path))
             return ReadResult(error=_error(exc))
         if len(data) > self.binary_preview_max_bytes:
-            return ReadResult(
-                error=f"too_large: binary file {file_path} is {len(data)} bytes; "
-                f"at most {self.binary_preview_max_bytes} are returned"
-            )
+            return ReadResult(error=self._preview_error(file_path))
         content = base64.b64encode(data).decode("ascii")
         return ReadResult(file_data=FileData(content=content, encoding="base64"))
 
+    def _preview_error(self, file_path: str) -> str:
+        # deepagents' own wording (BaseSandbox, the standard suite), so callers match it.
+        return (
+            f"File '{file_path}': Binary file exceeds maximum preview size of "
+            f"{self.binary_preview_max_bytes} bytes"
+        )
+
     # -- write / edit --------------------------------------------------------------------
+
+    # deepagents' write is a file transfer (BaseSandbox.write uploads the text), so it is
+    # sandkit's write_bytes: atomic, parents created, bounded by `transfer_max_bytes`.
 
     def write(self, file_path: str, content: str) -> WriteResult:
         try:
-            return WriteResult(path=self.sandbox.write_file(file_path, content).path)
+            data = _utf8(content)
+            return WriteResult(path=self.sandbox.write_bytes(file_path, data).path)
         except SandboxError as exc:
             return WriteResult(error=_error(exc))
 
     async def awrite(self, file_path: str, content: str) -> WriteResult:
         try:
-            return WriteResult(path=(await self.sandbox.awrite_file(file_path, content)).path)
+            data = _utf8(content)
+            return WriteResult(path=(await self.sandbox.awrite_bytes(file_path, data)).path)
         except SandboxError as exc:
             return WriteResult(error=_error(exc))
 
@@ -266,11 +287,17 @@ class SandkitBackend(SandboxBackendProtocol):
 
     # -- execute -------------------------------------------------------------------------
 
+    def _output_limit(self) -> int:
+        return min(self.execute_output_bytes, self.sandbox.limits.exec_stream_bytes)
+
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+        output = _Output(self._output_limit())
         try:
-            return _execute_response(self.sandbox.execute(command, timeout=_timeout(timeout)))
+            for item in self.sandbox.execute_stream(command, timeout=_timeout(timeout)):
+                output.add(item)
         except SandboxError as exc:
-            return ExecuteResponse(output=f"Error [{exc.code.value}]: {exc.message}")
+            return ExecuteResponse(output=_error(exc))
+        return output.response()
 
     async def aexecute(
         self,
@@ -278,17 +305,45 @@ class SandkitBackend(SandboxBackendProtocol):
         *,
         timeout: int | None = None,
     ) -> ExecuteResponse:
+        output = _Output(self._output_limit())
         try:
-            result = await self.sandbox.aexecute(command, timeout=_timeout(timeout))
+            stream: AsyncIterator[OutputChunk | ExecuteResult] = self.sandbox.aexecute_stream(
+                command, timeout=_timeout(timeout)
+            )
+            async for item in stream:
+                output.add(item)
         except SandboxError as exc:
-            return ExecuteResponse(output=f"Error [{exc.code.value}]: {exc.message}")
-        return _execute_response(result)
+            return ExecuteResponse(output=_error(exc))
+        return output.response()
+
+    # -- delete ----------------------------------------------------------------------------
+
+    def delete(self, file_path: str) -> DeleteResult:
+        """Remove a file or a directory tree (through the sandbox's shell, in its jail)."""
+        try:
+            name, where = _delete_target(file_path, self.sandbox.list_dir)
+            result = self.sandbox.execute(f"rm -rf -- {shlex.quote(name)}", cwd=where)
+        except SandboxError as exc:
+            return DeleteResult(error=_error(exc))
+        return _deleted(file_path, result)
+
+    async def adelete(self, file_path: str) -> DeleteResult:
+        try:
+            listing = await self.sandbox.alist_dir(posixpath.dirname(_clean(file_path)), 1)
+            name, where = _delete_target(file_path, lambda *_: listing)
+            result = await self.sandbox.aexecute(f"rm -rf -- {shlex.quote(name)}", cwd=where)
+        except SandboxError as exc:
+            return DeleteResult(error=_error(exc))
+        return _deleted(file_path, result)
 
     # -- upload / download ---------------------------------------------------------------
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         responses = []
         for path, data in files:
+            if not path.startswith("/"):
+                responses.append(FileUploadResponse(path=path, error="invalid_path"))
+                continue
             try:
                 self.sandbox.write_bytes(path, data)
                 responses.append(FileUploadResponse(path=path))
@@ -299,6 +354,9 @@ class SandkitBackend(SandboxBackendProtocol):
     async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         responses = []
         for path, data in files:
+            if not path.startswith("/"):
+                responses.append(FileUploadResponse(path=path, error="invalid_path"))
+                continue
             try:
                 await self.sandbox.awrite_bytes(path, data)
                 responses.append(FileUploadResponse(path=path))
@@ -309,6 +367,9 @@ class SandkitBackend(SandboxBackendProtocol):
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         responses = []
         for path in paths:
+            if not path.startswith("/"):
+                responses.append(FileDownloadResponse(path=path, error="invalid_path"))
+                continue
             try:
                 data = self.sandbox.read_bytes(path)
             except SandboxError as exc:
@@ -320,6 +381,9 @@ class SandkitBackend(SandboxBackendProtocol):
     async def adownload_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         responses = []
         for path in paths:
+            if not path.startswith("/"):
+                responses.append(FileDownloadResponse(path=path, error="invalid_path"))
+                continue
             try:
                 data = await self.sandbox.aread_bytes(path)
             except SandboxError as exc:
@@ -363,7 +427,9 @@ class SandkitThreadBackend(SandkitBackend):
             return f"sandkit-{self.provider.name}"
 
     def _key(self) -> SandboxKey:
-        return key_from_config(ensure_config(), self.user_id, self.thread_id)
+        return key_from_config(
+            ensure_config(), self.user_id, self.thread_id, fallback="SandkitThreadBackend"
+        )
 
 
 # -- result conversion (pure) ----------------------------------------------------------
@@ -488,13 +554,123 @@ def _timeout(timeout: int | None) -> float | None:
     return float(timeout) if timeout else None
 
 
-def _execute_response(result: ExecuteResult) -> ExecuteResponse:
-    output = result.stdout
-    if result.stderr:
-        if output and not output.endswith("\n"):
-            output += "\n"
-        output += result.stderr
-    if result.timed_out:
-        output += "\n" if output and not output.endswith("\n") else ""
-        output += f"[timed out after {result.duration_ms / 1000:.1f} s; the command was killed]"
-    return ExecuteResponse(output=output, exit_code=result.exit_code, truncated=result.truncated)
+def _utf8(content: str) -> bytes:
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SandboxError(
+            ErrorCode.INVALID_ARGUMENT, f"content is not valid text ({exc.reason})"
+        ) from None
+
+
+def _raiser(exc: SandboxError) -> Callable[[], bytes]:
+    def fetch() -> bytes:
+        raise exc
+
+    return fetch
+
+
+_ELIDED = re.compile(r"\n\.\.\. \[\d+ bytes elided\] \.\.\.\n")
+
+
+def _byte_head(text: str, size: int) -> str:
+    return text.encode("utf-8")[:size].decode("utf-8", "ignore")
+
+
+def _byte_tail(text: str, size: int) -> str:
+    data = text.encode("utf-8")
+    return data[max(len(data) - size, 0) :].decode("utf-8", "ignore")
+
+
+class _Output:
+    """A command's output as deepagents wants it: both streams in the order produced,
+    bounded by `limit` bytes (head and tail kept, the middle marked)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.head: list[str] = []
+        self.head_bytes = 0
+        self.tail: deque[str] = deque()
+        self.tail_bytes = 0
+        self.dropped = 0
+        self.elided: set[str] = set()
+        self.result: ExecuteResult | None = None
+
+    def add(self, item: OutputChunk | ExecuteResult) -> None:
+        if isinstance(item, ExecuteResult):
+            self.result = item
+            for stream in sorted(self.elided):  # the stream's tail comes with the result
+                text = item.stdout if stream == "stdout" else item.stderr
+                self._text(_ELIDED.split(text)[-1])
+            return
+        if item.elided:
+            self.elided.add(item.stream)
+        self._text(item.text)
+
+    def _text(self, text: str) -> None:
+        size = len(text.encode("utf-8"))
+        if not self.tail and self.head_bytes + size <= self.limit:
+            self.head.append(text)
+            self.head_bytes += size
+            return
+        self.tail.append(text)
+        self.tail_bytes += size
+        while len(self.tail) > 1 and self.tail_bytes - _size(self.tail[0]) >= self.limit // 2:
+            dropped = _size(self.tail.popleft())
+            self.tail_bytes -= dropped
+            self.dropped += dropped
+
+    def response(self) -> ExecuteResponse:
+        result = self.result
+        if result is None:
+            raise SandboxError(ErrorCode.INTERNAL, "the command ended without a result")
+        output = "".join(self.head)
+        truncated = bool(self.elided)
+        if self.tail:
+            half = self.limit // 2
+            total = self.head_bytes + self.dropped + self.tail_bytes
+            head, tail = _byte_head(output, half), _byte_tail("".join(self.tail), half)
+            cut = total - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+            output = f"{head}\n... [{cut} bytes of output cut] ...\n{tail}"
+            truncated = True
+        if result.timed_out:
+            output += "\n" if output and not output.endswith("\n") else ""
+            output += f"[timed out after {result.duration_ms / 1000:.1f} s; the command was killed]"
+        exit_code = None if result.timed_out else result.exit_code
+        return ExecuteResponse(output=output, exit_code=exit_code, truncated=truncated)
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _clean(file_path: str) -> str:
+    if not file_path.startswith("/"):
+        raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"path must be absolute: {file_path!r}")
+    return posixpath.normpath(file_path)
+
+
+def _delete_target(
+    file_path: str, list_dir: Callable[[str, int], ListDirResult]
+) -> tuple[str, str]:
+    """(name, directory) of an existing entry that may be deleted; else a SandboxError."""
+    path = _clean(file_path)
+    for read_only in (UPLOADS, SKILLS):
+        if path == read_only or path.startswith(read_only + "/"):
+            raise SandboxError(ErrorCode.READ_ONLY, f"{path} is read-only")
+    where, name = posixpath.split(path)
+    listing = list_dir(where, 1)
+    if name not in _names(listing.entries) and not listing.truncated:
+        raise SandboxError(ErrorCode.NOT_FOUND, f"{path} does not exist")
+    return name, where
+
+
+def _names(entries: Iterable[Any]) -> set[str]:
+    return {entry.name for entry in entries if entry.depth == 1}
+
+
+def _deleted(file_path: str, result: ExecuteResult) -> DeleteResult:
+    if result.exit_code != 0:
+        detail = (result.stderr or result.stdout).strip() or f"rm exited with {result.exit_code}"
+        return DeleteResult(error=f"access_denied: cannot delete {file_path}: {detail}")
+    return DeleteResult(path=file_path)

@@ -34,9 +34,16 @@ OUTPUT_EVENT = "sandkit_output"
 
 
 def key_from_config(
-    config: RunnableConfig | None, user_id: str | None, thread_id: str | None
+    config: RunnableConfig | None,
+    user_id: str | None,
+    thread_id: str | None,
+    *,
+    fallback: str = "sandkit_tools",
 ) -> SandboxKey:
-    """The sandbox key of a run: configurable ids first, then the fallbacks."""
+    """The sandbox key of a run: configurable ids first, then the fallbacks.
+
+    `fallback` names what took the fallback ids, for the hint when one is missing.
+    """
     configurable = (config or {}).get("configurable") or {}
     user = configurable.get("user_id") or user_id
     thread = configurable.get("thread_id") or thread_id
@@ -45,7 +52,7 @@ def key_from_config(
         raise SandboxError(
             ErrorCode.INVALID_ARGUMENT,
             f"no {missing} for the sandbox: run with config={{'configurable': "
-            f"{{'{missing}': ...}}}} or pass {missing}= to sandkit_tools()",
+            f"{{'{missing}': ...}}}} or pass {missing}= to {fallback}()",
         )
     return SandboxKey(str(user), str(thread))
 
