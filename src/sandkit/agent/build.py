@@ -10,10 +10,12 @@ by a hash of its content, so it is built once per sandkit version.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import zipfile
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 # Bump when the layout below changes, so cached files are not reused.
-FORMAT = "sandkit-agent-zipapp/1"
+FORMAT = "sandkit-agent-zipapp/3"
 SHEBANG = b"#!/usr/bin/env python3\n"
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 FILE_MODE = 0o644
@@ -99,12 +101,47 @@ def cache_dir() -> Path:
 
 
 def with_tables(members: List[Tuple[str, bytes]]) -> List[Tuple[str, bytes]]:
-    """The members plus this interpreter's precomputed Unicode sets (runtime/rxinfo.py):
-    a fresh agent's first grep then costs what a warm one does (same Python in the box)."""
+    """The members plus what this interpreter can compute ahead for a box with the same
+    Python version: the Unicode character sets of runtime/rxinfo.py (a fresh agent's first
+    grep then costs what a warm one does) and bytecode for every module (an agent start
+    does not compile ~12k lines first; another Python ignores it and compiles as before)."""
     from ..runtime import rxinfo
 
     tables = json.dumps(rxinfo.build_tables(), sort_keys=True, separators=(",", ":")).encode()
-    return sorted([*members, ("sandkit/runtime/%s" % rxinfo.TABLES_FILE, tables)])
+    extra = [("sandkit/runtime/%s" % rxinfo.TABLES_FILE, tables)]
+    sources = [(name, data) for name, data in members if name.endswith(".py")]
+    pycs = _bytecode(sources)
+    extra += [(name[:-3] + ".pyc", pyc) for (name, _), pyc in zip(sources, pycs, strict=True)]
+    return sorted([*members, *extra])
+
+
+def _bytecode(sources: List[Tuple[str, bytes]]) -> List[bytes]:
+    """Unchecked hash-based .pycs (PEP 552: valid without an mtime, which zipimport would
+    compare with the zip entry's fixed date), compiled by a fresh interpreter: marshal's
+    output depends on the state of the process that writes it, and a build must give the
+    same bytes every time."""
+    request = json.dumps([[n, base64.b64encode(d).decode()] for n, d in sources]).encode()
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _COMPILER],
+        input=request,
+        capture_output=True,
+        check=True,
+    )
+    return [base64.b64decode(item) for item in json.loads(done.stdout)]
+
+
+# Reads [[name, base64 source], ...] on stdin; writes [base64 pyc, ...] on stdout.
+_COMPILER = """
+import base64, importlib.util, json, marshal, sys
+header = importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little")
+out = []
+for name, text in json.loads(sys.stdin.buffer.read()):
+    source = base64.b64decode(text)
+    code = compile(source, name, "exec", dont_inherit=True)
+    pyc = header + importlib.util.source_hash(source) + marshal.dumps(code)
+    out.append(base64.b64encode(pyc).decode())
+sys.stdout.write(json.dumps(out))
+"""
 
 
 def agent_zipapp() -> Path:
