@@ -2,14 +2,25 @@
 
 Every cap has a hard ceiling enforced at load time, so a typo in a config
 file cannot turn a bounded tool into an unbounded one.
+
+Which file (`config_source`): `$SANDKIT_CONFIG` when set; else the first
+`sandkit.yaml` found from the current directory up to the project root (the
+first directory holding `.git` or `.hg`; without one, up to the filesystem
+root); else the user's `$XDG_CONFIG_HOME/sandkit/sandkit.yaml`
+(`~/.config/sandkit/sandkit.yaml`); else none. Relative paths in a file
+(`data_root`, `skills_dir`, a mount's `host`) are relative to that file's
+directory. A file that does not parse is `INVALID_ARGUMENT` naming the file
+and line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -18,6 +29,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from .errors import ErrorCode, SandboxError
 from .runtime.limits import KIB, MIB, Limits
 from .runtime.pathmap import RESERVED_PREFIXES, normalize_virtual, overlaps
 
@@ -46,6 +58,117 @@ DEFAULT_SCRUBBED_ENV = (
 def default_data_root() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
     return Path(base) / "sandkit"
+
+
+PROJECT_MARKERS = (".git", ".hg")
+
+
+def user_config_file() -> Path:
+    """`$XDG_CONFIG_HOME/sandkit/sandkit.yaml` (default `~/.config/sandkit/sandkit.yaml`)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(Path.home(), ".config")
+    return Path(base) / "sandkit" / DEFAULT_CONFIG_FILE
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigSource:
+    """The settings file in use (None: defaults and environment only) and how it was found."""
+
+    path: Path | None
+    found_by: str  # "SANDKIT_CONFIG", "project" (walking up), "user", "none"
+
+    def describe(self) -> str:
+        if self.path is None:
+            return "no settings file (defaults and SANDKIT_* variables)"
+        how = {
+            "SANDKIT_CONFIG": "from SANDKIT_CONFIG",
+            "project": "found from the current directory",
+            "user": "the user config",
+        }.get(self.found_by, self.found_by)
+        return f"{self.path} ({how})"
+
+
+def config_source(start: Path | None = None) -> ConfigSource:
+    """Which settings file applies when run from `start` (default: the current directory)."""
+    explicit = os.environ.get(CONFIG_ENV)
+    if explicit:
+        return ConfigSource(Path(explicit), "SANDKIT_CONFIG")
+    here = (start or Path.cwd()).absolute()
+    for directory in (here, *here.parents):
+        candidate = directory / DEFAULT_CONFIG_FILE
+        if candidate.is_file():
+            return ConfigSource(candidate, "project")
+        if any((directory / marker).exists() for marker in PROJECT_MARKERS):
+            break  # the project root: its parents are other projects
+    user = user_config_file()
+    if user.is_file():
+        return ConfigSource(user, "user")
+    return ConfigSource(None, "none")
+
+
+def _config_error(path: Path | str, line: int | None, problem: str) -> SandboxError:
+    where = f"{path}:{line}" if line is not None else str(path)
+    return SandboxError(ErrorCode.INVALID_ARGUMENT, f"invalid configuration: {where}: {problem}")
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The settings in a YAML file; a file that does not parse is INVALID_ARGUMENT."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _config_error(path, None, f"cannot read it ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        # Where the broken construct starts (an unclosed `[` and the like), else where
+        # the parser stopped.
+        mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context = getattr(exc, "context", None)
+        detail = f"{context}: {problem}" if context else problem
+        line = mark.line + 1 if mark is not None else None
+        raise _config_error(path, line, f"not valid YAML ({detail})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise _config_error(
+            path, 1, f"the file must be a mapping of settings (key: value), not a {_kind(data)}"
+        )
+    return _relative_to(data, path.absolute().parent)
+
+
+def _kind(value: Any) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _relative_to(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Relative paths of a settings file are relative to the file, not to the cwd."""
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, str) and value and not value.startswith("~"):
+            path = Path(value)
+            return str(path if path.is_absolute() else base / path)
+        return value
+
+    data = dict(data)
+    for name in ("data_root", "skills_dir"):
+        if name in data:
+            data[name] = resolve(data[name])
+    mounts = data.get("mounts")
+    if isinstance(mounts, list):
+        data["mounts"] = [
+            {**m, "host": resolve(m["host"])} if isinstance(m, dict) and "host" in m else m
+            for m in mounts
+        ]
+    return data
+
+
+class _YamlFile(YamlConfigSettingsSource):
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        return read_config_file(Path(str(file_path)))
 
 
 _DEFAULTS = Limits()
@@ -168,12 +291,10 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        yaml_file = os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_FILE
-        return (
-            init_settings,
-            env_settings,
-            YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file),
-        )
+        source = config_source()
+        if source.path is None:
+            return (init_settings, env_settings)
+        return (init_settings, env_settings, _YamlFile(settings_cls, yaml_file=source.path))
 
     def secret_values(self) -> tuple[str, ...]:
         return tuple(s.get_secret_value() for s in self.secrets if s.get_secret_value())

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperOption
 
 from . import commands, processes
 from .doctor import doctor
@@ -20,19 +21,46 @@ from .session import (
     Session,
     ThreadOpt,
     UserOpt,
+    VerboseOpt,
     sandbox_command,
 )
+
+_display_type = TyperOption.display_type_rich
+
+
+def _flag_has_no_type(self: TyperOption, ctx: Any) -> str | None:
+    # A plain flag takes no value: help shows no `<bool>` after it.
+    return None if self.is_flag else _display_type(self, ctx)
+
+
+TyperOption.display_type_rich = _flag_has_no_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="sandkit",
     help="Work with sandkit sandboxes from a terminal: files, search and commands "
     "on virtual paths (/mnt/user-data/...), per user and thread.",
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion / --show-completion for bash, zsh, fish and PowerShell.
+    add_completion=True,
     # Locals in tracebacks could show configured secrets.
     pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def version_text() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"sandkit {version('sandkit')}"
+    except PackageNotFoundError:  # run from a tree that was never installed
+        return "sandkit (not installed)"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
 
 
 @app.callback()
@@ -45,6 +73,13 @@ def main(
     data_root: DataRootOpt = None,
     allow_execute: AllowExecuteOpt = False,
     json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """Global options may come before the command or after it."""
     ctx.obj = GlobalOptions(
@@ -55,6 +90,7 @@ def main(
         data_root=data_root,
         allow_execute=allow_execute,
         json=json,
+        verbose=verbose,
     )
 
 

@@ -34,6 +34,10 @@ class Check(BaseModel):
 class DoctorReport(BaseModel):
     ok: bool
     checks: list[Check]
+    config_file: str | None = None  # the settings file in use (None: none)
+    config_found_by: str = "none"  # SANDKIT_CONFIG, project, user or none
+    data_root: str | None = None  # the data root in use
+    provider: str | None = None
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -67,15 +71,22 @@ def check_ripgrep(find: Callable[[], str | None]) -> Check:
 
 
 def run_checks(session: Session) -> DoctorReport:
-    checks: list[Check] = []
+    source = session.config
+    report = DoctorReport(
+        ok=False,
+        checks=[],
+        config_file=None if source.path is None else str(source.path),
+        config_found_by=source.found_by,
+    )
+    checks = report.checks
     try:
         settings = session.settings
     except SandboxError as exc:
         checks.append(Check(name="settings", status="fail", detail=exc.message))
-        return DoctorReport(ok=False, checks=checks)
-    source = session.opts.config or os.environ.get("SANDKIT_CONFIG") or "./sandkit.yaml"
-    loaded = "loaded" if Path(source).is_file() else "not present; defaults and environment"
-    checks.append(Check(name="settings", status="ok", detail=f"{source}: {loaded}"))
+        return report
+    checks.append(Check(name="settings", status="ok", detail=source.describe()))
+    report.data_root = str(settings.data_root.expanduser().absolute())
+    report.provider = session.provider_name
     checks.append(check_data_root(settings.data_root))
 
     def find() -> str | None:
@@ -110,7 +121,8 @@ def run_checks(session: Session) -> DoctorReport:
                 else "disabled (enable with --allow-execute or execute_enabled: true)",
             )
         )
-    return DoctorReport(ok=all(c.status != "fail" for c in checks), checks=checks)
+    report.ok = all(c.status != "fail" for c in checks)
+    return report
 
 
 def doctor(session: Session) -> int:

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from ..config import CONFIG_ENV, Settings
+from ..config import CONFIG_ENV, ConfigSource, Settings, config_source
 from ..errors import ErrorCode, SandboxError
 from ..provider import SandboxKey, SandboxProvider, create_provider
 from ..sandbox import Sandbox
@@ -42,6 +42,7 @@ class GlobalOptions:
     data_root: Path | None = None
     allow_execute: bool = False
     json: bool = False
+    verbose: bool = False
 
     def merged(self, later: GlobalOptions) -> GlobalOptions:
         """Options given after the command override those given before it."""
@@ -53,6 +54,7 @@ class GlobalOptions:
             data_root=later.data_root or self.data_root,
             allow_execute=later.allow_execute or self.allow_execute,
             json=later.json or self.json,
+            verbose=later.verbose or self.verbose,
         )
 
 
@@ -60,7 +62,8 @@ ProviderOpt = Annotated[
     str | None,
     typer.Option(
         "--provider",
-        help="Provider name (default: SANDKIT_PROVIDER, then sandkit.yaml, then local).",
+        help="Provider name (env: SANDKIT_PROVIDER; default: the settings file's "
+        "provider, else local).",
         rich_help_panel=PANEL,
         show_default=False,
     ),
@@ -91,7 +94,8 @@ ConfigOpt = Annotated[
         "--config",
         exists=True,
         dir_okay=False,
-        help="YAML settings file (sets SANDKIT_CONFIG; default: ./sandkit.yaml).",
+        help="YAML settings file (env: SANDKIT_CONFIG; default: the first sandkit.yaml "
+        "from here up to the project root, else $XDG_CONFIG_HOME/sandkit/sandkit.yaml).",
         rich_help_panel=PANEL,
         show_default=False,
     ),
@@ -101,7 +105,8 @@ DataRootOpt = Annotated[
     typer.Option(
         "--data-root",
         file_okay=False,
-        help="Host directory that holds thread data (overrides settings).",
+        help="Host directory that holds thread data (env: SANDKIT_DATA_ROOT; default: "
+        "the settings file's data_root, else $XDG_DATA_HOME/sandkit).",
         rich_help_panel=PANEL,
         show_default=False,
     ),
@@ -110,13 +115,23 @@ AllowExecuteOpt = Annotated[
     bool,
     typer.Option(
         "--allow-execute",
-        help="Local provider: allow `exec` to run commands on this host.",
+        help="Local provider: allow `exec` to run commands on this host "
+        "(env: SANDKIT_EXECUTE_ENABLED=true).",
         rich_help_panel=PANEL,
     ),
 ]
 JsonOpt = Annotated[
     bool,
     typer.Option("--json", help="Machine output: the result model as JSON.", rich_help_panel=PANEL),
+]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Say on stderr which settings file, data root and provider are in use.",
+        rich_help_panel=PANEL,
+    ),
 ]
 
 _GLOBAL_ANNOTATIONS: dict[str, Any] = {
@@ -127,6 +142,7 @@ _GLOBAL_ANNOTATIONS: dict[str, Any] = {
     "data_root": DataRootOpt,
     "allow_execute": AllowExecuteOpt,
     "json": JsonOpt,
+    "verbose": VerboseOpt,
 }
 _GLOBAL_DEFAULTS = dataclasses.asdict(GlobalOptions())
 
@@ -161,17 +177,25 @@ def load_settings(opts: GlobalOptions) -> Settings:
         overrides["data_root"] = opts.data_root
     if opts.allow_execute:
         overrides["execute_enabled"] = True
-    try:
-        with _config_env(opts.config):
+    with _config_env(opts.config):
+        source = config_source()
+        try:
             return Settings(**overrides)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise SandboxError(
-            ErrorCode.INVALID_ARGUMENT, f"invalid configuration: {problems}"
-        ) from None
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            where = f" (settings file: {source.path})" if source.path is not None else ""
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT, f"invalid configuration: {problems}{where}"
+            ) from None
+
+
+def settings_source(opts: GlobalOptions) -> ConfigSource:
+    """Which settings file these options load (see `sandkit.config.config_source`)."""
+    with _config_env(opts.config):
+        return config_source()
 
 
 class Session:
@@ -189,6 +213,17 @@ class Session:
         if self._settings is None:
             self._settings = load_settings(self.opts)
         return self._settings
+
+    @property
+    def config(self) -> ConfigSource:
+        return settings_source(self.opts)
+
+    def describe(self) -> str:
+        """The settings file, data root and provider in use (for --verbose)."""
+        root = self.settings.data_root.expanduser().absolute()
+        return (
+            f"settings: {self.config.describe()}; data root: {root}; provider: {self.provider_name}"
+        )
 
     @property
     def provider_name(self) -> str:
@@ -226,6 +261,8 @@ def run_in_session(opts: GlobalOptions, body: Callable[[Session], int | None]) -
     """Run `body`, render a SandboxError as `Error [CODE]` and exit with its code."""
     session = Session(opts)
     try:
+        if opts.verbose:
+            session.out.note(session.describe())
         code = body(session)
     except SandboxError as exc:
         session.out.error(exc)
