@@ -25,7 +25,15 @@ from sandkit.tools import SPECS, SandboxTools
 from sandkit.tools.specs import ToolSpec
 
 OPS = sorted(OPERATIONS.values(), key=lambda op: op.name)
-NOT_OPERATIONS = {"call", "acall", "open_stream", "close", "limits", "sandbox_id"}
+NOT_OPERATIONS = {
+    "call",
+    "acall",
+    "open_stream",
+    "close",
+    "limits",
+    "sandbox_id",
+    "execute_enabled",
+}
 
 
 def params(fn: Callable[..., Any]) -> list[inspect.Parameter]:
@@ -180,7 +188,7 @@ def test_langchain_tools_carry_the_tool_schemas() -> None:
     from sandkit.local import LocalProvider
     from sandkit.tools.specs import input_schema
 
-    provider = LocalProvider(Settings(data_root="/nonexistent-never-created"))
+    provider = LocalProvider(Settings(data_root="/nonexistent-never-created", execute_enabled=True))
     tools = {tool.name: tool for tool in sandkit_tools(provider)}
     assert set(tools) == {spec.name for spec in SPECS}
     for spec in SPECS:

@@ -78,6 +78,12 @@ class SandboxProvider(abc.ABC):
         sandbox exists)."""
         return self.settings.limits.to_limits()
 
+    @property
+    def execute_enabled(self) -> bool:
+        """Whether this provider's sandboxes may run commands (tool sets offer bash only
+        then); False only where the operator turned execute off (the local provider)."""
+        return True
+
     @abc.abstractmethod
     def acquire(self, key: SandboxKey) -> Sandbox:
         """Return the key's running sandbox, creating or restarting it; idempotent."""

@@ -64,6 +64,11 @@ class Sandbox(abc.ABC):
         """The caps this sandbox runs with; tools and integrations read them from here."""
         return Limits()
 
+    @property
+    def execute_enabled(self) -> bool:
+        """Whether commands may run here (execute, spawn); tool sets offer bash only then."""
+        return True
+
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Drop client-side resources (channels); the box itself is the provider's."""
 

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from deepagents.backends.protocol import (
+    BackendProtocol,
     DeleteResult,
     EditResult,
     ExecuteResponse,
@@ -48,6 +49,7 @@ from deepagents.backends.protocol import (
     SandboxBackendProtocol,
     WriteResult,
 )
+from deepagents.backends.utils import EMPTY_CONTENT_WARNING
 from langchain_core.runnables.config import ensure_config
 
 from ..errors import ErrorCode, SandboxError
@@ -57,9 +59,16 @@ from ..models import GrepResult as SkGrepResult
 from ..provider import SandboxKey, SandboxProvider
 from ..runtime.pathmap import SKILLS, UPLOADS, WORKSPACE
 from ..sandbox import Sandbox
+from ..tools.render import RUNTIME_CUT
 from .langchain import key_from_config
 
-__all__ = ["SandkitBackend", "SandkitThreadBackend"]
+__all__ = [
+    "SandkitBackend",
+    "SandkitFilesBackend",
+    "SandkitThreadBackend",
+    "sandkit_backend",
+    "sandkit_thread_backend",
+]
 
 # Our codes in deepagents' upload/download vocabulary (anything else: "code: message").
 _FILE_ERRORS = {
@@ -139,7 +148,7 @@ class SandkitBackend(SandboxBackendProtocol):
                 if probe_exc.code is not ErrorCode.INVALID_ARGUMENT:
                     return ReadResult(error=_error(probe_exc))
                 return self._binary(file_path, lambda: self.sandbox.read_bytes(file_path))
-            return _past_end(probe, offset)
+            return _past_end(probe, offset, limit)
         return _read_result(window, limit)
 
     async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
@@ -159,7 +168,7 @@ class SandkitBackend(SandboxBackendProtocol):
                 except SandboxError as bytes_exc:
                     return self._binary(file_path, _raiser(bytes_exc))
                 return self._binary(file_path, lambda: data)
-            return _past_end(probe, offset)
+            return _past_end(probe, offset, limit)
         return _read_result(window, limit)
 
     def _binary(self, file_path: str, fetch: Callable[[], bytes]) -> ReadResult:
@@ -228,8 +237,9 @@ class SandkitBackend(SandboxBackendProtocol):
 
     # -- grep ----------------------------------------------------------------------------
 
-    def _grep_pages(self, max_count: int | None) -> _GrepPages:
-        return _GrepPages(max_count, self.grep_max_matches, self.sandbox.limits.grep_max_results)
+    def _grep_pages(self, max_count: int | None, path: str | None, glob: str | None) -> _GrepPages:
+        page = self.sandbox.limits.grep_max_results
+        return _GrepPages(max_count, self.grep_max_matches, page, path, glob)
 
     def grep(
         self,
@@ -239,10 +249,10 @@ class SandkitBackend(SandboxBackendProtocol):
         *,
         max_count: int | None = None,
     ) -> GrepResult:
-        collected = self._grep_pages(max_count)
+        collected = self._grep_pages(max_count, path, glob)
         try:
             while collected.wants_more():
-                collected.add(self.sandbox.grep(pattern, **collected.request(path, glob)))
+                collected.add(self.sandbox.grep(pattern, **collected.request()))
         except SandboxError as exc:
             return GrepResult(error=_error(exc))
         return collected.result()
@@ -255,10 +265,10 @@ class SandkitBackend(SandboxBackendProtocol):
         *,
         max_count: int | None = None,
     ) -> GrepResult:
-        collected = self._grep_pages(max_count)
+        collected = self._grep_pages(max_count, path, glob)
         try:
             while collected.wants_more():
-                collected.add(await self.sandbox.agrep(pattern, **collected.request(path, glob)))
+                collected.add(await self.sandbox.agrep(pattern, **collected.request()))
         except SandboxError as exc:
             return GrepResult(error=_error(exc))
         return collected.result()
@@ -432,6 +442,105 @@ class SandkitThreadBackend(SandkitBackend):
         )
 
 
+class SandkitFilesBackend(BackendProtocol):
+    """deepagents' file tools on a sandkit backend, without `execute` (and `delete`).
+
+    For a sandbox whose commands cannot run (the local provider with execute off):
+    deepagents offers its `execute` tool only to a `SandboxBackendProtocol`, so the
+    model is not promised a shell it does not have. `sandkit_backend` picks it.
+    """
+
+    def __init__(self, backend: SandkitBackend) -> None:
+        self.backend = backend
+
+    @property
+    def id(self) -> str:
+        return self.backend.id
+
+    def ls(self, path: str) -> LsResult:
+        return self.backend.ls(path)
+
+    async def als(self, path: str) -> LsResult:
+        return await self.backend.als(path)
+
+    def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        return self.backend.read(file_path, offset, limit)
+
+    async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        return await self.backend.aread(file_path, offset, limit)
+
+    def write(self, file_path: str, content: str) -> WriteResult:
+        return self.backend.write(file_path, content)
+
+    async def awrite(self, file_path: str, content: str) -> WriteResult:
+        return await self.backend.awrite(file_path, content)
+
+    def edit(
+        self, file_path: str, old_string: str, new_string: str, replace_all: bool = False
+    ) -> EditResult:
+        return self.backend.edit(file_path, old_string, new_string, replace_all)
+
+    async def aedit(
+        self, file_path: str, old_string: str, new_string: str, replace_all: bool = False
+    ) -> EditResult:
+        return await self.backend.aedit(file_path, old_string, new_string, replace_all)
+
+    def grep(
+        self,
+        pattern: str,
+        path: str | None = None,
+        glob: str | None = None,
+        *,
+        max_count: int | None = None,
+    ) -> GrepResult:
+        return self.backend.grep(pattern, path, glob, max_count=max_count)
+
+    async def agrep(
+        self,
+        pattern: str,
+        path: str | None = None,
+        glob: str | None = None,
+        *,
+        max_count: int | None = None,
+    ) -> GrepResult:
+        return await self.backend.agrep(pattern, path, glob, max_count=max_count)
+
+    def glob(self, pattern: str, path: str | None = None) -> GlobResult:
+        return self.backend.glob(pattern, path)
+
+    async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
+        return await self.backend.aglob(pattern, path)
+
+    def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        return self.backend.upload_files(files)
+
+    async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        return await self.backend.aupload_files(files)
+
+    def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        return self.backend.download_files(paths)
+
+    async def adownload_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        return await self.backend.adownload_files(paths)
+
+
+def sandkit_backend(
+    sandbox: Sandbox, *, execute_output_bytes: int | None = None
+) -> SandkitBackend | SandkitFilesBackend:
+    """The backend for `sandbox` whose tools follow what it allows: `SandkitBackend`
+    where commands may run, `SandkitFilesBackend` (no execute tool) where not."""
+    backend = SandkitBackend(sandbox, execute_output_bytes=execute_output_bytes)
+    return backend if sandbox.execute_enabled else SandkitFilesBackend(backend)
+
+
+def sandkit_thread_backend(
+    provider: SandboxProvider, *, user_id: str | None = "default", thread_id: str | None = None
+) -> SandkitThreadBackend | SandkitFilesBackend:
+    """`SandkitThreadBackend`, or its file tools only where `provider` runs no commands."""
+    backend = SandkitThreadBackend(provider, user_id=user_id, thread_id=thread_id)
+    return backend if provider.execute_enabled else SandkitFilesBackend(backend)
+
+
 # -- result conversion (pure) ----------------------------------------------------------
 
 
@@ -446,9 +555,8 @@ def _ls_result(listing: ListDirResult) -> LsResult:
 
 
 def _read_result(window: ReadFileResult, limit: int) -> ReadResult:
-    if window.total_lines == 0:
-        # An empty file: the middleware shows its "file is empty" reminder.
-        return ReadResult(file_data=FileData(content="", encoding="utf-8"))
+    if window.total_lines == 0:  # deepagents' own reminder, as its sandboxes answer
+        return ReadResult(file_data=FileData(content=EMPTY_CONTENT_WARNING, encoding="utf-8"))
     if limit == 0:
         return ReadResult(file_data=FileData(content="", encoding="utf-8"), no_lines_requested=True)
     lines = window.content.split("\n")
@@ -456,9 +564,17 @@ def _read_result(window: ReadFileResult, limit: int) -> ReadResult:
         lines.pop()
     served = window.end_line - window.start_line + 1
     body = [line.removesuffix("\r") for line in lines[:served]]
-    marker = " ".join(line for line in lines[served:] if line)
-    if marker:  # the runtime's note on a line cut at the byte cap stays on that line
-        body[-1] += " " + marker
+    for extra in lines[served:]:  # the runtime's note on a line cut at its byte cap
+        found = RUNTIME_CUT.search(extra)
+        if found:
+            shown = len(body[-1])
+            body[-1] += (
+                f" … [line cut: first {shown} characters shown of "
+                f"{found.group(3)} bytes; execute can print the rest, e.g. "
+                f"cut -c {shown + 1}-{shown + 2000} FILE]"
+            )
+        elif extra:
+            body[-1] += " " + extra
     return ReadResult(
         file_data=FileData(content="\n".join(body), encoding="utf-8"),
         total_lines=window.total_lines,
@@ -468,9 +584,11 @@ def _read_result(window: ReadFileResult, limit: int) -> ReadResult:
     )
 
 
-def _past_end(probe: ReadFileResult, offset: int) -> ReadResult:
+def _past_end(probe: ReadFileResult, offset: int, limit: int) -> ReadResult:
     if probe.total_lines == 0:
-        return ReadResult(file_data=FileData(content="", encoding="utf-8"))
+        return ReadResult(file_data=FileData(content=EMPTY_CONTENT_WARNING, encoding="utf-8"))
+    if limit == 0:  # nothing asked for: no lines, wherever the offset points
+        return ReadResult(file_data=FileData(content="", encoding="utf-8"), no_lines_requested=True)
     return ReadResult(
         error=f"invalid_argument: line offset {offset} exceeds file length "
         f"({probe.total_lines} lines)"
@@ -478,31 +596,66 @@ def _past_end(probe: ReadFileResult, offset: int) -> ReadResult:
 
 
 class _GrepPages:
-    """Pages of a literal search, collected up to `max_count` (or the hard cap)."""
+    """Pages of a literal search, collected up to `max_count` (or the hard cap).
 
-    def __init__(self, max_count: int | None, hard_cap: int, page_size: int) -> None:
+    The file filter follows deepagents: a `glob` without `/` matches the file name at
+    any depth; with `/` (a leading `/` anchors at the search root) it matches the
+    path relative to the search root, and names starting with `.` only when the
+    pattern names them.
+    """
+
+    def __init__(
+        self,
+        max_count: int | None,
+        hard_cap: int,
+        page_size: int,
+        path: str | None,
+        glob: str | None,
+    ) -> None:
         self.cap = hard_cap if max_count is None else max(int(max_count), 0)
         self.page_size = page_size
         self.capped_by_caller = max_count is not None
         self.matches: list[GrepMatch] = []
+        self.seen = 0  # results of sandkit's search consumed (the next page's offset)
         self.more = True
+        self.root = path or WORKSPACE
+        self.glob = glob or None
+        self.by_path = self.glob is not None and "/" in self.glob
+        self.top_level = False
+        self.explicit_dots = False
+        if self.glob is not None and self.by_path:
+            pattern = self.glob.lstrip("/")
+            self.top_level = "/" not in pattern  # "/*.txt": the search root's own files
+            self.explicit_dots = bool(_EXPLICIT_DOT.search(pattern))
+            self.glob = pattern
 
     def wants_more(self) -> bool:
         return self.more and len(self.matches) < self.cap
 
-    def request(self, path: str | None, glob: str | None) -> dict[str, Any]:
+    def request(self) -> dict[str, Any]:
         return {
-            "path": path or WORKSPACE,
-            "glob": glob or None,
+            "path": self.root,
+            "glob": self.glob,
             "literal": True,
             "case_sensitive": True,
             "max_results": min(self.cap - len(self.matches), self.page_size),
-            "offset": len(self.matches),
+            "offset": self.seen,
         }
 
+    def _keeps(self, path: str) -> bool:
+        if not self.by_path or not path.startswith(self.root.rstrip("/") + "/"):
+            return True
+        relative = path[len(self.root.rstrip("/")) + 1 :]
+        if self.top_level and "/" in relative:
+            return False
+        return self.explicit_dots or not any(p.startswith(".") for p in relative.split("/"))
+
     def add(self, page: SkGrepResult) -> None:
+        self.seen += len(page.matches)
         self.matches += [
-            GrepMatch(path=m.path, line=m.line_number, text=m.text) for m in page.matches
+            GrepMatch(path=m.path, line=m.line_number, text=m.text)
+            for m in page.matches
+            if self._keeps(m.path)
         ]
         self.more = page.truncated and bool(page.matches)
 

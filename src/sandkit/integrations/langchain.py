@@ -13,6 +13,7 @@ Needs the `langchain` extra: `pip install 'sandkit[langchain]'`.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from typing import Any, Literal
 
 from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
@@ -25,7 +26,7 @@ from ..models import OutputChunk
 from ..provider import SandboxKey, SandboxProvider
 from ..sandbox import Sandbox
 from ..tools.dispatch import ToolOutput, arun_tool, failure, run_tool
-from ..tools.specs import SPECS, ToolSpec, description, input_schema
+from ..tools.specs import ToolSpec, description, input_schema, select_specs
 
 __all__ = ["OUTPUT_EVENT", "SandkitTool", "key_from_config", "sandkit_tools"]
 
@@ -65,6 +66,7 @@ class SandkitTool(BaseTool):
     provider: SandboxProvider
     user_id: str | None = None
     thread_id: str | None = None
+    offered: frozenset[str] | None = None  # the tool set it belongs to (its texts say so)
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     handle_tool_error: bool = True
 
@@ -86,7 +88,7 @@ class SandkitTool(BaseTool):
         def progress(chunk: OutputChunk, _count: int) -> None:
             dispatch_custom_event(OUTPUT_EVENT, chunk.model_dump(), config=run_config)
 
-        return self._answer(run_tool(sandbox, self.name, arguments, progress))
+        return self._answer(run_tool(sandbox, self.name, arguments, progress, self.offered))
 
     async def _arun(
         self, run_config: RunnableConfig, **arguments: Any
@@ -100,7 +102,8 @@ class SandkitTool(BaseTool):
         async def progress(chunk: OutputChunk, _count: int) -> None:
             await adispatch_custom_event(OUTPUT_EVENT, chunk.model_dump(), config=run_config)
 
-        return self._answer(await arun_tool(sandbox, self.name, arguments, progress))
+        output = await arun_tool(sandbox, self.name, arguments, progress, self.offered)
+        return self._answer(output)
 
 
 def _tool(
@@ -108,6 +111,7 @@ def _tool(
     provider: SandboxProvider,
     user_id: str | None,
     thread_id: str | None,
+    names: frozenset[str],
 ) -> SandkitTool:
     limits = provider.limits  # what its sandboxes run with
     return SandkitTool(
@@ -117,6 +121,7 @@ def _tool(
         provider=provider,
         user_id=user_id,
         thread_id=thread_id,
+        offered=names,
     )
 
 
@@ -125,16 +130,17 @@ def sandkit_tools(
     *,
     user_id: str | None = "default",
     thread_id: str | None = None,
-    include: tuple[str, ...] | None = None,
+    include: Collection[str] | None = None,
+    exclude: Collection[str] | None = None,
 ) -> list[BaseTool]:
-    """LangChain tools over `provider`: glob, grep, read_file, edit_file, write_file, ls, bash.
+    """LangChain tools over `provider`: glob, grep, read_file, edit_file, write_file, ls,
+    and bash with bash_output, bash_input and bash_kill where commands may run.
 
     `user_id`/`thread_id` are fallbacks for runs whose config does not name
     them; leave `thread_id` None to require LangGraph's thread id. The
-    descriptions state the provider's limits; `include` picks a subset.
+    descriptions state the provider's limits; `include` picks a subset and
+    `exclude` drops tools (an unknown name is INVALID_ARGUMENT).
     """
-    return [
-        _tool(spec, provider, user_id, thread_id)
-        for spec in SPECS
-        if include is None or spec.name in include
-    ]
+    specs = select_specs(provider.execute_enabled, include, exclude)
+    names = frozenset(spec.name for spec in specs)
+    return [_tool(spec, provider, user_id, thread_id, names) for spec in specs]

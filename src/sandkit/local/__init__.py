@@ -43,6 +43,10 @@ class LocalSandbox(Sandbox):
     def limits(self) -> Limits:
         return self.runtime.context.limits
 
+    @property
+    def execute_enabled(self) -> bool:
+        return self.runtime.context.execute_enabled
+
     def call(self, method: str, params: dict[str, Any]) -> Any:
         self._check_open()
         return self.runtime.call(method, params)
@@ -97,6 +101,10 @@ class LocalProvider(SandboxProvider):
         self._lock = threading.Lock()
         self._active: dict[SandboxKey, LocalSandbox] = {}
         self._bounds: dict[SandboxKey, ProcessBounds] = {}
+
+    @property
+    def execute_enabled(self) -> bool:
+        return self.settings.execute_enabled
 
     def acquire(self, key: SandboxKey) -> LocalSandbox:
         with self._lock:

@@ -9,7 +9,7 @@ whichever runtime it sits in. Failures come back as a `ToolOutput` with
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,10 @@ from ..errors import ErrorCode, SandboxError
 from ..models import ExecuteResult, OutputChunk
 from ..sandbox import Sandbox
 from . import render
-from .specs import SPECS_BY_NAME, TOOL_NAMES, ToolSpec
+from .specs import EXECUTE_TOOLS, SPECS_BY_NAME, TOOL_NAMES, RenderContext, ToolSpec
+
+# The names of the tools offered beside this one (None: what the sandbox allows).
+Tools = Collection[str] | None
 
 log = logging.getLogger("sandkit.tools")
 
@@ -44,20 +47,29 @@ class ToolOutput:
         return str(error["code"]) if isinstance(error, dict) else None
 
 
-def _plan(name: str, arguments: Mapping[str, Any] | None) -> tuple[ToolSpec, BaseModel]:
+def _plan(
+    name: str, arguments: Mapping[str, Any] | None, tools: Tools, sandbox: Sandbox
+) -> tuple[ToolSpec, BaseModel]:
     spec = SPECS_BY_NAME.get(name)
-    if spec is None:
+    # A bash tool left out because commands cannot run here still says EXECUTE_DISABLED.
+    withheld = name in EXECUTE_TOOLS and not sandbox.execute_enabled
+    if spec is None or (tools is not None and name not in tools and not withheld):
+        offered = [n for n in TOOL_NAMES if tools is None or n in tools]
         raise SandboxError(
             ErrorCode.INVALID_ARGUMENT,
-            f"unknown tool {name!r}; the tools are {', '.join(TOOL_NAMES)}",
+            f"unknown tool {name!r}; the tools are {', '.join(offered)}",
         )
     if arguments is not None and not isinstance(arguments, Mapping):
         raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"{name} takes an object of arguments")
     return spec, spec.args.model_validate(dict(arguments or {}))
 
 
-def _success(spec: ToolSpec, args: BaseModel, result: BaseModel) -> ToolOutput:
-    return ToolOutput(spec.render(result, args), result.model_dump(mode="json"))
+def _success(
+    spec: ToolSpec, args: BaseModel, result: BaseModel, sandbox: Sandbox, tools: Tools
+) -> ToolOutput:
+    shell = "bash" in tools if tools is not None else sandbox.execute_enabled
+    text = spec.render(result, args, RenderContext(shell=shell))
+    return ToolOutput(text, result.model_dump(mode="json"))
 
 
 def failure(exc: Exception, tool: str = "tool") -> ToolOutput:
@@ -87,6 +99,7 @@ def run_tool(
     name: str,
     arguments: Mapping[str, Any] | None,
     progress: Callable[[OutputChunk, int], None] | None = None,
+    tools: Tools = None,
 ) -> ToolOutput:
     """Run tool `name` with JSON `arguments` on `sandbox`; never raises.
 
@@ -94,7 +107,7 @@ def run_tool(
     With `progress`, a foreground command streams (see `arun_tool`).
     """
     try:
-        spec, args = _plan(name, arguments)
+        spec, args = _plan(name, arguments, tools, sandbox)
         operation, kwargs = spec.plan(args)
         if progress is not None and operation == "execute":
             result: BaseModel = _streamed_sync(sandbox, kwargs, progress)
@@ -102,7 +115,7 @@ def run_tool(
             result = getattr(sandbox, operation)(**kwargs)
     except Exception as exc:
         return failure(exc, name)
-    return _success(spec, args, result)
+    return _success(spec, args, result, sandbox, tools)
 
 
 async def arun_tool(
@@ -110,6 +123,7 @@ async def arun_tool(
     name: str,
     arguments: Mapping[str, Any] | None,
     progress: Progress | None = None,
+    tools: Tools = None,
 ) -> ToolOutput:
     """Async `run_tool`: uses the sandbox's async twins (native on remote sandboxes).
 
@@ -118,7 +132,7 @@ async def arun_tool(
     custom events); the result is the same.
     """
     try:
-        spec, args = _plan(name, arguments)
+        spec, args = _plan(name, arguments, tools, sandbox)
         operation, kwargs = spec.plan(args)
         if progress is not None and operation == "execute":
             result: BaseModel = await _streamed(sandbox, kwargs, progress)
@@ -126,7 +140,7 @@ async def arun_tool(
             result = await getattr(sandbox, "a" + operation)(**kwargs)
     except Exception as exc:
         return failure(exc, name)
-    return _success(spec, args, result)
+    return _success(spec, args, result, sandbox, tools)
 
 
 Progress = Callable[[OutputChunk, int], Awaitable[None]]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Collection
 from typing import Any
 
 import anyio
@@ -33,7 +34,14 @@ from ..models import OutputChunk
 from ..provider import SandboxKey, SandboxProvider, check_id
 from ..runtime.limits import Limits
 from .dispatch import ToolOutput, arun_tool, failure
-from .specs import INSTRUCTIONS, SPECS, SPECS_BY_NAME, description, input_schema, output_schema
+from .specs import (
+    ToolSpec,
+    description,
+    input_schema,
+    instructions,
+    output_schema,
+    select_specs,
+)
 
 log = logging.getLogger("sandkit.mcp")
 
@@ -58,22 +66,25 @@ def thread_for(
     ctx: ServerRequestContext[Any, Any],
     params: types.CallToolRequestParams,
     default_thread: str,
-) -> str:
-    """Which thread this call works on (see the module docstring for the order)."""
+    session_threads: bool = True,
+) -> tuple[str, str]:
+    """Which thread this call works on, and why: "meta", "header", "session" or "default"
+    (see the module docstring for the order). Without `session_threads` an HTTP
+    session that names no thread gets the default thread, not one of its own."""
     meta = params.meta or {}
     named = meta.get(THREAD_META_KEY)
     if named is not None:
-        return str(named)
+        return str(named), "meta"
     headers = getattr(ctx.request, "headers", None)  # a starlette Request on HTTP, else None
     if headers is not None:
         if headers.get(THREAD_HEADER):
-            return str(headers[THREAD_HEADER])
-        if headers.get(SESSION_HEADER):
-            return session_thread(headers[SESSION_HEADER])
-    return default_thread
+            return str(headers[THREAD_HEADER]), "header"
+        if session_threads and headers.get(SESSION_HEADER):
+            return session_thread(headers[SESSION_HEADER]), "session"
+    return default_thread, "default"
 
 
-def _tool_list(limits: Limits) -> list[types.Tool]:
+def _tool_list(specs: tuple[ToolSpec, ...], limits: Limits) -> list[types.Tool]:
     return [
         types.Tool(
             name=spec.name,
@@ -87,15 +98,17 @@ def _tool_list(limits: Limits) -> list[types.Tool]:
                 open_world_hint=False,
             ),
         )
-        for spec in SPECS
+        for spec in specs
     ]
 
 
-def _result(output: ToolOutput) -> types.CallToolResult:
+def _result(output: ToolOutput, thread: str | None = None) -> types.CallToolResult:
+    # The thread a call worked on travels in the result's _meta (clients can show it).
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=output.text)],
         structured_content=output.structured,
         is_error=output.is_error,
+        _meta=None if thread is None else {THREAD_META_KEY: thread},
     )
 
 
@@ -105,11 +118,25 @@ def create_server(
     user_id: str,
     default_thread: str = "default",
     name: str = "sandkit",
+    include: Collection[str] | None = None,
+    exclude: Collection[str] | None = None,
+    session_threads: bool = True,
 ) -> Server[Any]:
-    """An MCP server exposing the sandkit tools for `provider`'s sandboxes of `user_id`."""
+    """An MCP server exposing the sandkit tools for `provider`'s sandboxes of `user_id`.
+
+    The tools are what the provider allows (no bash tools where commands cannot
+    run), narrowed by `include` (only these) and `exclude` (not these). With
+    `session_threads` (the default) an HTTP session that names no thread works on
+    a thread of its own, `mcp-<session id>`: a reconnecting client starts empty,
+    which the server logs once per session; without it, such sessions share
+    `default_thread`.
+    """
     check_id("user_id", user_id)
     check_id("thread_id", default_thread)
-    tools = _tool_list(provider.limits)  # what its sandboxes run with
+    specs = select_specs(provider.execute_enabled, include, exclude)
+    names = frozenset(spec.name for spec in specs)
+    tools = _tool_list(specs, provider.limits)  # what its sandboxes run with
+    announced: set[str] = set()
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -119,11 +146,21 @@ def create_server(
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        if params.name not in SPECS_BY_NAME:
+        if params.name not in names:
             # Not a tool failure the model can fix: a protocol error, as the spec says.
             raise MCPError(types.INVALID_PARAMS, f"unknown tool: {params.name}")
         try:
-            key = SandboxKey(user_id, thread_for(ctx, params, default_thread))
+            thread, why = thread_for(ctx, params, default_thread, session_threads)
+            if why == "session" and thread not in announced:
+                announced.add(thread)
+                log.warning(
+                    "MCP session names no thread (no %s header): it works on thread %s, "
+                    "new and empty for each session; set the header or start the server "
+                    "with --thread to keep one thread across reconnects",
+                    THREAD_HEADER,
+                    thread,
+                )
+            key = SandboxKey(user_id, thread)
             # Starting a box can take seconds (a container, a pod): not on the event loop.
             sandbox = await anyio.to_thread.run_sync(provider.acquire, key)
         except Exception as exc:
@@ -133,12 +170,13 @@ def create_server(
             # A no-op unless the client asked for progress (a progressToken in _meta).
             await ctx.session.report_progress(count, None, chunk.text[-PROGRESS_CHARS:])
 
-        return _result(await arun_tool(sandbox, params.name, params.arguments, progress))
+        output = await arun_tool(sandbox, params.name, params.arguments, progress, names)
+        return _result(output, thread)
 
     return Server(
         name,
         version=_version(),
-        instructions=INSTRUCTIONS,
+        instructions=instructions(names),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )

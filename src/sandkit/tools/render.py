@@ -7,7 +7,9 @@ the CLI adds its styling on top of these strings.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from ..errors import SandboxError
@@ -53,17 +55,61 @@ def error_line(exc: SandboxError) -> str:
 # -- read_file ----------------------------------------------------------------
 
 
+# The runtime's note on a line cut at the byte cap (runtime/fileops.py CUT_MARKER).
+RUNTIME_CUT = re.compile(
+    r"\[\.\.\. line (\d+) cut: (\d+) of (\d+) bytes shown; "
+    r"read_bytes returns the whole file \.\.\.\]"
+)
+
+
+@dataclass(frozen=True)
+class LineCut:
+    """A line shown in part: its number, what is shown and how long it really is."""
+
+    line: int
+    shown: int  # characters shown
+    total: int  # its length in `unit`
+    unit: str  # "characters" or "bytes"
+
+    @property
+    def counts(self) -> str:
+        if self.unit == "characters":
+            return f"{self.shown} of {self.total} characters shown"
+        return f"first {self.shown} characters shown of {self.total} bytes"
+
+
+CutNote = Callable[[LineCut], str]
+
+
+def tool_cut_note(shell: bool) -> CutNote:
+    """The one marker a model reads on a cut line, with a way on through the tools it has."""
+
+    def note(cut: LineCut) -> str:
+        way = "grep finds text in it (matches are shown with the text around them)"
+        if shell:
+            way += f"; bash prints any part of it (e.g. cut -c {cut.shown + 1}-{cut.shown + 2000})"
+        return f"… [line cut: {cut.counts}; {way}]"
+
+    return note
+
+
+def cli_cut_note(cut: LineCut) -> str:
+    return f"… [line cut: {cut.counts}; sandkit read --raw prints the whole file]"
+
+
 def cut_line(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… [line cut: {limit} of {len(text)} characters shown]"
 
 
-def numbered_lines(result: ReadFileResult, line_chars: int | None = None) -> list[str]:
+def numbered_lines(
+    result: ReadFileResult, line_chars: int | None = None, cut_note: CutNote = cli_cut_note
+) -> list[str]:
     """`cat -n` style lines (`"     7\\ttext"`) for the served range.
 
-    Text past the served lines (the runtime's marker for a line cut at the
-    byte cap) is shown unnumbered, so numbers always match the file.
+    A line cut short (at `line_chars`, or by the runtime's byte cap) ends in one
+    marker, `cut_note`'s, with the true numbers; numbers always match the file.
     """
     if result.end_line == 0 or not result.content:
         return []
@@ -71,13 +117,25 @@ def numbered_lines(result: ReadFileResult, line_chars: int | None = None) -> lis
     if result.content.endswith("\n"):
         lines.pop()
     served = result.end_line - result.start_line + 1
+    runtime_cuts: dict[int, int] = {}  # line -> its length in bytes
+    leftover = []
+    for extra in lines[served:]:
+        found = RUNTIME_CUT.search(extra)
+        if found:
+            runtime_cuts[int(found.group(1))] = int(found.group(3))
+        elif extra:
+            leftover.append(extra)
     numbered = []
     for number, line in enumerate(lines[:served], start=result.start_line):
         text = line.removesuffix("\r")  # a CRLF file's \r would move a terminal's cursor
-        if line_chars is not None:
-            text = cut_line(text, line_chars)
-        numbered.append(f"{number:>6}\t{text}")
-    return numbered + [f"{'':>6}\t{line}" for line in lines[served:] if line]
+        cut: LineCut | None = None
+        if line_chars is not None and len(text) > line_chars:
+            cut = LineCut(number, line_chars, len(text), "characters")
+            text = text[:line_chars]
+        if number in runtime_cuts:
+            cut = LineCut(number, len(text), runtime_cuts[number], "bytes")
+        numbered.append(f"{number:>6}\t{text}{cut_note(cut) if cut else ''}")
+    return numbered + [f"{'':>6}\t{line}" for line in leftover]
 
 
 def read_hint(result: ReadFileResult, next_step: NextStep = tool_read_step) -> str | None:
@@ -92,8 +150,8 @@ def read_hint(result: ReadFileResult, next_step: NextStep = tool_read_step) -> s
     return None
 
 
-def render_read(result: ReadFileResult) -> str:
-    lines = numbered_lines(result, TOOL_LINE_CHARS)
+def render_read(result: ReadFileResult, shell: bool = True) -> str:
+    lines = numbered_lines(result, TOOL_LINE_CHARS, tool_cut_note(shell))
     hint = read_hint(result)
     if hint is not None:
         lines.append(f"({hint})" if lines else hint)

@@ -10,13 +10,14 @@ schema a model sees states the numbers this deployment enforces.
 from __future__ import annotations
 
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import models
+from ..errors import ErrorCode, SandboxError
 from ..models import GrepMode
 from ..runtime.limits import Limits
 from ..runtime.operations import OPERATIONS
@@ -26,16 +27,43 @@ from .render import TOOL_LINE_CHARS
 
 PATH_HELP = f"Absolute path, or relative to {WORKSPACE}."
 
-INSTRUCTIONS = f"""\
-A sandbox with its own files and shell. Work under {WORKSPACE} (the default \
+_LAYOUT = f"""\
+Work under {WORKSPACE} (the default \
 directory; relative paths start there); /mnt/user-data/outputs is for results \
 and /mnt/user-data/uploads holds the user's files (read-only). Paths outside \
-/mnt/user-data (and /mnt/skills when present) are refused.
+/mnt/user-data (and /mnt/skills when present) are refused."""
+_ANSWERS = """Every tool answers with text; a failure starts with \
+"Error [CODE]:" and says what to fix."""
+
+INSTRUCTIONS = f"""\
+A sandbox with its own files and shell. {_LAYOUT}
 Workflow: glob to find files by name, grep to find where something is, \
 read_file to read the lines that matter, edit_file to change exact text \
 (write_file only for new files or full rewrites), bash to run builds, tests \
-and programs. Every tool answers with text; a failure starts with \
-"Error [CODE]:" and says what to fix."""
+and programs. {_ANSWERS}"""
+
+# The tools that run commands: offered only where the sandbox may run them.
+EXECUTE_TOOLS = frozenset({"bash", "bash_output", "bash_input", "bash_kill"})
+
+
+def instructions(tool_names: Iterable[str]) -> str:
+    """The server instructions for the tools actually offered (no shell promised without bash)."""
+    names = set(tool_names)
+    if "bash" in names:
+        return INSTRUCTIONS
+    steps = [
+        ("glob", "glob to find files by name"),
+        ("grep", "grep to find where something is"),
+        ("read_file", "read_file to read the lines that matter"),
+        ("edit_file", "edit_file to change exact text"),
+        ("write_file", "write_file for new files or full rewrites"),
+        ("ls", "ls to see a directory"),
+    ]
+    workflow = ", ".join(text for name, text in steps if name in names)
+    return (
+        f"A sandbox with its own files; commands cannot run here (no shell). {_LAYOUT}\n"
+        f"Workflow: {workflow}. {_ANSWERS}"
+    )
 
 
 class _Args(BaseModel):
@@ -190,8 +218,18 @@ class BashKillArgs(_Args):
     )
 
 
-def _plain(render: Callable[[Any], str]) -> Callable[[Any, Any], str]:
-    return lambda result, _args: render(result)
+@dataclass(frozen=True)
+class RenderContext:
+    """What the text may point to: whether the model has bash (a way on from a cut line)."""
+
+    shell: bool = True
+
+
+Render = Callable[[Any, Any, RenderContext], str]
+
+
+def _plain(render: Callable[[Any], str]) -> Render:
+    return lambda result, _args, _ctx: render(result)
 
 
 @dataclass(frozen=True)
@@ -202,7 +240,7 @@ class ToolSpec:
     description: str  # a template: `$limit_name` placeholders
     args: type[_Args]
     operation: str
-    render: Callable[[Any, Any], str]  # (result, arguments) -> the text the model reads
+    render: Render  # (result, arguments, context) -> the text the model reads
     # Tool argument -> operation parameter, where the tool's name differs.
     aliases: Mapping[str, str] = field(default_factory=dict)
     # Arguments of the tool's own that choose another operation (see `plan`).
@@ -262,7 +300,7 @@ SPECS: tuple[ToolSpec, ...] = (
         "an error. Read a file before editing it.",
         ReadFileArgs,
         "read_file",
-        _plain(render.render_read),
+        lambda result, _args, ctx: render.render_read(result, ctx.shell),
     ),
     ToolSpec(
         "edit_file",
@@ -281,7 +319,7 @@ SPECS: tuple[ToolSpec, ...] = (
         "$write_max_bytes.",
         WriteFileArgs,
         "write_file",
-        lambda result, args: render.render_write(result, args.append),
+        lambda result, args, _ctx: render.render_write(result, args.append),
     ),
     ToolSpec(
         "ls",
@@ -302,7 +340,7 @@ SPECS: tuple[ToolSpec, ...] = (
         "its timeout is killed.",
         BashArgs,
         "execute",
-        lambda result, args: (
+        lambda result, args, _ctx: (
             render.render_started(result)
             if args.run_in_background
             else render.render_execute(result)
@@ -326,7 +364,7 @@ SPECS: tuple[ToolSpec, ...] = (
         "input); eof=true closes its stdin.",
         BashInputArgs,
         "write_stdin",
-        lambda result, args: render.render_input(result, len(args.text), args.eof),
+        lambda result, args, _ctx: render.render_input(result, len(args.text), args.eof),
         aliases={"text": "data"},
     ),
     ToolSpec(
@@ -335,12 +373,37 @@ SPECS: tuple[ToolSpec, ...] = (
         "stop) to its whole process group.",
         BashKillArgs,
         "signal_process",
-        lambda result, args: render.render_signal(result, args.signal),
+        lambda result, args, _ctx: render.render_signal(result, args.signal),
     ),
 )
 
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS}
 TOOL_NAMES = tuple(spec.name for spec in SPECS)
+
+
+def select_specs(
+    execute_enabled: bool = True,
+    include: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+) -> tuple[ToolSpec, ...]:
+    """The tools to offer: `include` (default all) less `exclude`, and no bash tools where
+    commands cannot run. An unknown name is INVALID_ARGUMENT (a typo must not silently
+    drop or keep a tool)."""
+    wanted = None if include is None else list(include)
+    unwanted = list(exclude or ())
+    unknown = [n for n in [*(wanted or ()), *unwanted] if n not in SPECS_BY_NAME]
+    if unknown:
+        raise SandboxError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"unknown tool {unknown[0]!r}; the tools are {', '.join(TOOL_NAMES)}",
+        )
+    return tuple(
+        spec
+        for spec in SPECS
+        if (wanted is None or spec.name in wanted)
+        and spec.name not in unwanted
+        and (execute_enabled or spec.name not in EXECUTE_TOOLS)
+    )
 
 
 def _number(name: str, value: Any) -> str:

@@ -7,36 +7,47 @@ returns the text a model reads. `run`/`arun` return the full `ToolOutput`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..models import GrepMode
 from ..runtime.pathmap import WORKSPACE
 from ..sandbox import Sandbox
 from .dispatch import ToolOutput, arun_tool, run_tool
-from .specs import SPECS, description, input_schema
+from .specs import ToolSpec, description, input_schema, select_specs
 
 
 class SandboxTools:
-    def __init__(self, sandbox: Sandbox) -> None:
+    """The tools over one sandbox. `definitions()` offers what the sandbox allows (no
+    bash tools where commands cannot run), narrowed by `include`/`exclude`."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        *,
+        include: Collection[str] | None = None,
+        exclude: Collection[str] | None = None,
+    ) -> None:
         self.sandbox = sandbox
+        self.specs: tuple[ToolSpec, ...] = select_specs(sandbox.execute_enabled, include, exclude)
+        self.names = frozenset(spec.name for spec in self.specs)
 
     def definitions(self) -> list[dict[str, Any]]:
-        """Name, description and JSON schema of every tool (function-calling format)."""
+        """Name, description and JSON schema of every tool offered (function-calling format)."""
         return [
             {
                 "name": spec.name,
                 "description": description(spec, self.sandbox.limits),
                 "parameters": input_schema(spec, self.sandbox.limits),
             }
-            for spec in SPECS
+            for spec in self.specs
         ]
 
     def run(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolOutput:
-        return run_tool(self.sandbox, name, arguments)
+        return run_tool(self.sandbox, name, arguments, tools=self.names)
 
     async def arun(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolOutput:
-        return await arun_tool(self.sandbox, name, arguments)
+        return await arun_tool(self.sandbox, name, arguments, tools=self.names)
 
     def _text(self, name: str, **arguments: Any) -> str:
         # Unset optional arguments are left out, so the argument model's defaults apply.
