@@ -205,15 +205,19 @@ def _fs(raw: bytes) -> str:
 
 
 def parse_counts(out: bytes) -> List[Tuple[str, int]]:
-    """`--count --null` output: path NUL count NEWLINE."""
+    """`--count --null` output: path NUL count NEWLINE.
+
+    A path may hold a newline (never a NUL), so records are split at the NULs: each
+    piece after one is `count NEWLINE next-path`.
+    """
     rows: List[Tuple[str, int]] = []
-    for record in out.split(b"\n"):
-        if not record:
-            continue
-        path, sep, count = record.rpartition(b"\x00")
-        if not sep:
-            continue
-        rows.append((_fs(path), int(count)))
+    pieces = out.split(b"\x00")
+    path = pieces[0]
+    for piece in pieces[1:]:
+        count, _, rest = piece.partition(b"\n")
+        if path and count.isdigit():
+            rows.append((_fs(path), int(count)))
+        path = rest
     return rows
 
 
