@@ -168,7 +168,14 @@ def edit(
 @runs("glob", dirs="include_dirs")
 def glob(
     session: Session,
-    pattern: Annotated[str, typer.Argument(help="Glob: * ? [..] ** {a,b}.")],
+    pattern: Annotated[
+        str,
+        typer.Argument(
+            help="Glob against paths under --path: * ? [..] within a segment, ** any depth, "
+            "{a,b}. '*.py' is the top level only; '**/*.py' any depth (grep --glob '*.py' "
+            "matches names at any depth)."
+        ),
+    ],
     path: UnderOpt = default("glob", "path"),
     dirs: Annotated[bool, typer.Option("--dirs", help="Include directories.")] = False,
     max_results: Annotated[
@@ -191,17 +198,27 @@ def grep(
     pattern: Annotated[str, typer.Argument(help="Python `re` pattern (or text with --literal).")],
     path: UnderOpt = default("grep", "path"),
     glob: Annotated[
-        str | None, typer.Option("--glob", "-g", help="Only files matching this glob.")
+        str | None,
+        typer.Option(
+            "--glob",
+            "-g",
+            help="Only files matching this glob: without / the file name at any depth "
+            "('*.py'), with / the path under --path.",
+        ),
     ] = None,
     literal: Annotated[
         bool, typer.Option("--literal", "-F", help="PATTERN is plain text.")
     ] = False,
+    # No short form: -s is --start in `read`; one letter means one thing across commands.
     case_sensitive: Annotated[
-        bool, typer.Option("--case-sensitive", "-s", help="Default is case-insensitive.")
+        bool, typer.Option("--case-sensitive", help="Match case exactly (default: ignore case).")
     ] = False,
-    mode: Annotated[str, typer.Option("--mode", help="content | files | count.")] = default(
-        "grep", "output_mode"
-    ),
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode", help="content | files_with_matches (short: files) | count, as in the API."
+        ),
+    ] = default("grep", "output_mode"),
     before: Annotated[int, typer.Option("-B", "--before", help="Context lines before.")] = 0,
     after: Annotated[int, typer.Option("-A", "--after", help="Context lines after.")] = 0,
     context: Annotated[
@@ -219,7 +236,8 @@ def grep(
     output_mode = GREP_MODES.get(mode)
     if output_mode is None:
         raise SandboxError(
-            ErrorCode.INVALID_ARGUMENT, f"--mode must be content, files or count, not {mode!r}"
+            ErrorCode.INVALID_ARGUMENT,
+            f"--mode must be content, files_with_matches (or files) or count, not {mode!r}",
         )
     if context is not None:
         before = before or context

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from ..display import printable, printable_text
 from ..errors import SandboxError
+from ..tools.render import CLI_WORDING, worded
 
 # Exit codes (documented in docs/cli.md).
 EXIT_OK = 0
@@ -85,5 +86,5 @@ def error_text(exc: SandboxError) -> Text:
         ("Error [", "bold red"),
         (exc.code.value, "bold red"),
         ("]: ", "bold red"),
-        (exc.message, "red"),
+        (worded(exc.message, CLI_WORDING), "red"),  # --raw, --all, --depth: the CLI's names
     )

@@ -47,9 +47,37 @@ def counted(count: int, singular: str, plural: str) -> str:
     return f"{count} {singular if count == 1 else plural}"
 
 
+# The runtime words its messages in the API's names; each surface says them in its own.
+_SINGULAR = (re.compile(r"\((1) lines\)"), r"(\1 line)")
+# timeout=-1 and timeout=0 fail the same way, so they read the same way.
+_TIMEOUT = (re.compile(r"^timeout must be >= 0(?:\.0)?$"), "timeout must be > 0 seconds")
+TOOL_WORDING: tuple[tuple[re.Pattern[str], str], ...] = (
+    _SINGULAR,
+    _TIMEOUT,
+    (re.compile(r"; use read_bytes to download it"), "; read_file reads text files only"),
+)
+CLI_WORDING: tuple[tuple[re.Pattern[str], str], ...] = (
+    _SINGULAR,
+    _TIMEOUT,
+    (re.compile(r"\buse read_bytes to download it"), "use sandkit read --raw to download it"),
+    (re.compile(r"\bset replace_all\b"), "pass --all"),
+    (re.compile(r"\bmax_depth\b"), "--depth"),
+    (re.compile(r"\bstart_line\b"), "--start"),
+    (re.compile(r"\bend_line\b"), "--end"),
+    (re.compile(r"\bmax_results\b"), "--max"),
+    (re.compile(r"^timeout must be\b"), "--timeout must be"),
+)
+
+
+def worded(message: str, wording: tuple[tuple[re.Pattern[str], str], ...]) -> str:
+    for pattern, replacement in wording:
+        message = pattern.sub(replacement, message)
+    return message
+
+
 def error_line(exc: SandboxError) -> str:
     """`Error [CODE]: message`: the code first, so a model can branch and correct itself."""
-    return f"Error [{exc.code.value}]: {exc.message}"
+    return f"Error [{exc.code.value}]: {worded(exc.message, TOOL_WORDING)}"
 
 
 # -- read_file ----------------------------------------------------------------

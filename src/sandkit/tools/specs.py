@@ -119,7 +119,9 @@ class GlobArgs(_Args):
     pattern: str = Field(
         description="Glob matched against paths relative to `path`: `*` and `?` within one "
         "path segment, `[abc]`, `**` for any number of directories (zero included), "
-        "`{a,b}` alternatives. Examples: `**/*.py`, `src/**/test_*.py`, `*.{md,txt}`."
+        "`{a,b}` alternatives. `*.py` matches only files directly in `path`; `**/*.py` "
+        "matches at any depth (grep's `glob` filter differs: there `*.py` is any depth). "
+        "Examples: `**/*.py`, `src/**/test_*.py`, `*.{md,txt}`."
     )
     path: str = Field(default=WORKSPACE, description=f"Directory to search under. {PATH_HELP}")
     include_dirs: bool = Field(default=False, description="Also return matching directories.")
@@ -141,7 +143,8 @@ class GrepArgs(_Args):
     glob: str | None = Field(
         default=None,
         description="Only search files matching this glob: without `/` it matches the file "
-        "name at any depth (`*.py`, `*.{ts,tsx}`), with `/` the path relative to `path`.",
+        "name at any depth (`*.py`, `*.{ts,tsx}`; unlike the glob tool, where `*.py` is "
+        "the top level only), with `/` the path relative to `path`.",
     )
     literal: bool = Field(default=False, description="Treat pattern as plain text.")
     case_sensitive: bool = Field(default=False, description="Match case exactly.")
