@@ -94,7 +94,7 @@ def test_the_token_is_not_left_anywhere_the_engine_or_the_box_shows(
     shown = json.dumps(container.attrs)  # labels, env, command, mounts
     assert token not in shown and secret not in shown
     # The drop box for the config and token files is empty once the agent runs.
-    listing = container.exec_run(["ls", "-A", "/opt/sandkit/run"], user="0:0")
+    listing = container.exec_run(["ls", "-A", "/opt/sandkit-run/run"], user="0:0")
     assert (listing.exit_code, listing.output) == (0, b"")
     pid = box.info()["pid"]
     proc = container.exec_run(["cat", f"/proc/{pid}/cmdline"], user=USER)

@@ -176,7 +176,9 @@ def test_spec_hash_changes_with_the_settings(tmp_path: Path) -> None:
     b = create_kwargs(DockerOptions(pids_limit=99), layout, "d1")["labels"]["sandkit.spec"]
     c = create_kwargs(DockerOptions(), layout, "d2")["labels"]["sandkit.spec"]
     assert a != b
-    assert a == c, "a new agent is copied in, not a reason to recreate the container"
+    # The payload is a read-only bind mount of its host copy: another sandkit version
+    # means another mount, so its boxes are recreated (their data is kept).
+    assert a != c
 
 
 # -- carrier http ------------------------------------------------------------------------
@@ -198,13 +200,13 @@ def test_agent_files_are_private_to_the_box_user_in_an_unlistable_dir() -> None:
         members = {m.name: m for m in tar.getmembers()}
         run = members.pop("run")
         assert run.isdir() and (run.mode, run.uid) == (0o1733, 0)
-        assert {f"/opt/sandkit/{name}" for name in members} == {
+        assert {f"/opt/sandkit-run/{name}" for name in members} == {
             files.config_path,
             files.token_path,
         }
         for member in members.values():
             assert (member.mode, member.uid, member.gid) == (0o400, 1000, 1001)
-        token = tar.extractfile(members[files.token_path.removeprefix("/opt/sandkit/")])
+        token = tar.extractfile(members[files.token_path.removeprefix("/opt/sandkit-run/")])
         assert token is not None and token.read() == b"t" * 40
     # Names are random, so a command in the box cannot guess the next ones.
     assert agent_files({}, "t" * 40, 1000, 1000).token_path != files.token_path

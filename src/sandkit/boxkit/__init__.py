@@ -14,7 +14,15 @@ from ..transports.streams import ByteStream, StreamOpener
 from .http_agent import AgentSlot, SlotTransport, make_token
 from .layout import box_mapping, prepare_host_dirs
 from .options import BoxOptions
-from .payload import AGENT_DIR, AGENT_PATH, RG_PATH, Payload, build_payload, find_host_rg
+from .payload import (
+    AGENT_DIR,
+    AGENT_PATH,
+    RG_PATH,
+    Payload,
+    build_payload,
+    find_host_rg,
+    host_copy,
+)
 from .provider import BoxProvider, BoxRecord
 from .reaper import IdleReaper
 from .sandbox import BoxSandbox
@@ -39,6 +47,7 @@ __all__ = [
     "box_mapping",
     "build_payload",
     "find_host_rg",
+    "host_copy",
     "make_token",
     "prepare_host_dirs",
     "sweep",

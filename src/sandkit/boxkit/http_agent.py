@@ -9,7 +9,7 @@ provider replicas sharing the secret reuse a running agent.
 For a provider that can copy a tar archive into the box (Docker's
 `put_archive`): the bearer token and the agent config (which holds the
 secrets to redact) reach the box as files, never through argv, the
-environment or labels — `agent_files` puts them into `/opt/sandkit/run/`, a
+environment or labels — `agent_files` puts them into `/opt/sandkit-run/run/`, a
 root-owned directory with mode 1733, so the sandbox user can open and delete
 a file whose (random) name it knows but can neither list the directory nor
 chmod it, as 0400 files owned by the sandbox uid. The agent deletes them
@@ -37,7 +37,11 @@ from ..transports.base import SwitchingTransport, Transport
 from ..transports.http import HttpTransport
 from .payload import AGENT_DIR, AGENT_PATH
 
-RUN_DIR = f"{AGENT_DIR}/run"
+# Beside the agent, not under it: AGENT_DIR may be a read-only mount (Docker binds it).
+# RUN_DIR itself comes from the archive (its mode matters); its parent is what a
+# provider writes the archive into (a writable volume).
+RUN_PARENT = f"{AGENT_DIR}-run"
+RUN_DIR = f"{RUN_PARENT}/run"
 READY_TIMEOUT_S = 30.0
 
 # python3 -I -S -c LAUNCH AGENT_PATH PORT CONFIG TOKEN   (python3 >= 3.9, stdlib only)
@@ -141,7 +145,7 @@ def make_token(box_uid: str, secret: str | None) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class AgentFiles:
-    """The archive for `put_archive(AGENT_DIR, ...)` and the paths it creates."""
+    """The archive for `put_archive(RUN_PARENT, ...)` and the paths it creates."""
 
     archive: bytes
     config_path: str
@@ -149,7 +153,8 @@ class AgentFiles:
 
 
 def agent_files(config: dict[str, Any], token: str, uid: int, gid: int) -> AgentFiles:
-    """Config and token as 0400 files of `uid` under random names in the unlistable RUN_DIR."""
+    """Config and token as 0400 files of `uid` under random names in the unlistable RUN_DIR
+    (the archive holds RUN_DIR itself, mode 1733, and the two files)."""
     nonce = secrets.token_hex(16)
     members = [
         (f"run/{nonce}.json", json.dumps(config).encode()),
@@ -168,7 +173,7 @@ def agent_files(config: dict[str, Any], token: str, uid: int, gid: int) -> Agent
             info.uid, info.gid = uid, gid
             tar.addfile(info, io.BytesIO(data))
     return AgentFiles(
-        buf.getvalue(), f"{AGENT_DIR}/{members[0][0]}", f"{AGENT_DIR}/{members[1][0]}"
+        buf.getvalue(), f"{RUN_PARENT}/{members[0][0]}", f"{RUN_PARENT}/{members[1][0]}"
     )
 
 

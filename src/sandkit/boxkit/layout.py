@@ -17,9 +17,14 @@ def box_mapping(layout: ThreadLayout, hidden: tuple[str, ...] = ()) -> PathMappi
 
     Host paths behind the mounts (and `hidden`) are hidden roots: the kernel
     shows mount sources in /proc/self/mountinfo, and masking turns them into
-    `[hidden]` in anything a command prints.
+    `[hidden]` in anything a command prints. A thread's own directories are
+    below the data root and hidden with it, so the mapping (and with it the
+    agent's whole config) is the same for every key of a provider: a box
+    started before its key was known (a warm pool's) needs no other.
     """
-    roots = {str(layout.data_root)} | {m.real for m in layout.mounts} | set(hidden)
+    root = str(layout.data_root)
+    outside = {m.real for m in layout.mounts if not _below(m.real, root)}
+    roots = {root} | outside | set(hidden)
     # A host path that is also a virtual prefix (data_root=/mnt, say) cannot be
     # masked without mangling the virtual paths themselves.
     roots = {h for h in roots if h and not any(overlaps(h, m.virtual) for m in layout.mounts)}
@@ -28,6 +33,10 @@ def box_mapping(layout: ThreadLayout, hidden: tuple[str, ...] = ()) -> PathMappi
         WORKSPACE,
         hidden_roots=sorted(roots),
     )
+
+
+def _below(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def prepare_host_dirs(layout: ThreadLayout, owner: tuple[int, int] | None) -> None:

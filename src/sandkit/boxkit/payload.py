@@ -14,6 +14,7 @@ import os
 import shutil
 import sysconfig
 import tarfile
+import tempfile
 from pathlib import Path
 
 AGENT_DIR = "/opt/sandkit"
@@ -78,3 +79,32 @@ def build_payload(with_rg: bool = True) -> Payload:
         rg is not None,
         hashlib.sha256(agent).hexdigest(),
     )
+
+
+def host_copy(payload: Payload, base: Path) -> Path:
+    """The payload unpacked once on this host at `base/<digest>`, for boxes that mount it
+    read-only instead of getting a copy each (Docker's bind mount).
+
+    Made in a temp dir and renamed into place, so a box never sees half of it; root's
+    (or this user's) and read-only to everyone else.
+    """
+    target = base / payload.digest
+    if (target / "agent.pyz").is_file():
+        return target
+    base.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=base))
+    try:
+        with tarfile.open(fileobj=io.BytesIO(payload.archive)) as tar:
+            tar.extractall(staging, filter="data")
+        for path in [staging, *staging.rglob("*")]:
+            if path.is_dir():
+                path.chmod(0o755)
+        try:
+            os.rename(staging, target)
+        except OSError:  # another process put it there first
+            if not (target / "agent.pyz").is_file():
+                raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target

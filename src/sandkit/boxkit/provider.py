@@ -82,7 +82,7 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
     """The lifecycle of boxes of type `B` configured by options `O` (see the module doc)."""
 
     # How long a new agent channel may take to answer (a pod's exec is slower).
-    handshake_timeout_s: ClassVar[float] = 30.0
+    handshake_timeout_s: ClassVar[float] = 60.0
     # What `acquire` hands out (a subclass may add platform details, e.g. a pod name).
     sandbox_class: ClassVar[type[BoxSandbox]] = BoxSandbox
 

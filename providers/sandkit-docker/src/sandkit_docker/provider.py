@@ -24,13 +24,12 @@ import docker
 import docker.errors
 
 from sandkit.boxkit import (
-    AGENT_DIR,
     AGENT_PATH,
     BoxProvider,
     BoxRecord,
     BoxSandbox,
     ByteStream,
-    Payload,
+    host_copy,
     http_agent,
     prepare_host_dirs,
 )
@@ -42,7 +41,6 @@ from .client import connect
 from .errors import engine_error
 from .options import DockerOptions
 from .spec import (
-    LABEL_AGENT,
     LABEL_OWNER,
     LABEL_SANDBOX_ID,
     LABEL_SPEC,
@@ -92,6 +90,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         self._image_lock = threading.Lock()
         self._network_lock = threading.Lock()
         self._pulled = False
+        self._payload_path: str | None = None
 
     # -- engine ---------------------------------------------------------------------
 
@@ -195,7 +194,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         """Ours, for this key, and created with the settings we would use now."""
         if spec is None:
             layout = self._layout(key)
-            spec = create_kwargs(self.options, layout, self._payload().digest)
+            spec = create_kwargs(self.options, layout, self._payload_dir())
         labels = attrs.get("Config", {}).get("Labels") or {}
         return bool(
             labels.get(LABEL_OWNER) == self.options.owner
@@ -209,8 +208,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         layout = self._layout(key)
         options = self.options
         prepare_host_dirs(layout, (options.uid, options.gid) if options.chown_thread_dirs else None)
-        payload = self._payload()
-        kwargs = create_kwargs(self.options, layout, payload.digest)
+        kwargs = create_kwargs(self.options, layout, self._payload_dir())
         mask = layout.host_mapping().mask
         try:
             attrs = self._inspect(key)
@@ -227,9 +225,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 created = False
             state = attrs["State"]
             if _running(attrs):
-                needs_payload = attrs["Config"]["Labels"].get(LABEL_AGENT) != payload.digest
-                if needs_payload and box.container_id != attrs["Id"]:
-                    self._put_payload(attrs["Id"], payload)
+                pass  # adopted as it is (the spec, payload included, matches)
             elif state.get("Paused"):
                 self.client.api.unpause(attrs["Id"])
             elif state.get("Status") in ("created", "exited"):
@@ -237,13 +233,10 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                     attrs = self._wait_foreign_start(attrs)
                 if not _running(attrs):
                     self._check_capacity()
-                    if created or attrs["Config"]["Labels"].get(LABEL_AGENT) != payload.digest:
-                        self._put_payload(attrs["Id"], payload)
                     self.client.api.start(attrs["Id"])
             else:  # restarting, removing, dead: start from scratch
                 self._remove_quietly(attrs["Id"])
                 attrs, _ = self._create(kwargs, mask)
-                self._put_payload(attrs["Id"], payload)
                 self.client.api.start(attrs["Id"])
         except SandboxError:
             raise
@@ -333,9 +326,12 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 labels={**self.options.labels, LABEL_OWNER: self.options.owner},
             )
 
-    def _put_payload(self, container_id: str, payload: Payload) -> None:
-        if not self.client.api.put_archive(container_id, AGENT_DIR, payload.archive):
-            raise SandboxError(ErrorCode.UNAVAILABLE, "could not copy the agent into the container")
+    def _payload_dir(self) -> str:
+        """The payload's host copy that boxes mount read-only (made once per version)."""
+        if self._payload_path is None:
+            base = self.settings.data_root.expanduser().absolute() / ".sandkit" / "payload"
+            self._payload_path = str(host_copy(self._payload(), base))
+        return self._payload_path
 
     def _ensure_image(self, pull_missing: bool) -> None:
         policy = self.options.pull
@@ -398,7 +394,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         api = self.client.api
         container_id = str(box.container_id)
         try:
-            if not api.put_archive(container_id, AGENT_DIR, files.archive):
+            if not api.put_archive(container_id, http_agent.RUN_PARENT, files.archive):
                 raise SandboxError(ErrorCode.UNAVAILABLE, "could not copy the agent config in")
             exec_id = api.exec_create(
                 container_id, argv, user=options.user, workdir="/", stdout=False, stderr=False

@@ -13,6 +13,7 @@ from typing import Any
 from docker.types import Mount as DockerMount
 
 from sandkit.boxkit import AGENT_DIR
+from sandkit.boxkit.http_agent import RUN_PARENT
 from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
 from sandkit.runtime.pathmap import WORKSPACE
@@ -24,7 +25,6 @@ LABEL_USER = "sandkit.user"
 LABEL_THREAD = "sandkit.thread"
 LABEL_OWNER = "sandkit.owner"
 LABEL_SPEC = "sandkit.spec"
-LABEL_AGENT = "sandkit.agent"
 
 
 def container_name(options: DockerOptions, key: SandboxKey) -> str:
@@ -36,25 +36,25 @@ def owner_filter(options: DockerOptions) -> dict[str, str | list[str] | bool]:
     return {"label": f"{LABEL_OWNER}={options.owner}"}
 
 
-def create_kwargs(
-    options: DockerOptions, layout: ThreadLayout, agent_digest: str
-) -> dict[str, Any]:
+def create_kwargs(options: DockerOptions, layout: ThreadLayout, payload_dir: str) -> dict[str, Any]:
     """Everything `client.containers.create` needs for `layout.key`."""
     key = layout.key
     mounts = [
         DockerMount(target=m.virtual, source=m.real, type="bind", read_only=m.read_only)
         for m in layout.mounts
     ]
-    # The agent lives in an anonymous volume: writable for put_archive even when
-    # the root filesystem is read-only, root-owned so the sandbox user cannot
-    # replace it, and gone with the container (remove(v=True)). Labelled, so one
-    # the engine failed to delete can still be found and pruned.
+    # The agent and ripgrep: one copy on the host per payload version, mounted
+    # read-only into every box (nothing copied per box; the sandbox user cannot
+    # replace it). Beside it, an anonymous volume for the HTTP carrier's start-up
+    # files: writable for put_archive, gone with the container (remove(v=True)),
+    # labelled so one the engine failed to delete can still be found and pruned.
     volume_labels = {
         **options.labels,
         LABEL_OWNER: options.owner,
         LABEL_SANDBOX_ID: key.sandbox_id,
     }
-    mounts.append(DockerMount(target=AGENT_DIR, source=None, type="volume", labels=volume_labels))
+    mounts.append(DockerMount(target=AGENT_DIR, source=payload_dir, type="bind", read_only=True))
+    mounts.append(DockerMount(target=RUN_PARENT, source=None, type="volume", labels=volume_labels))
     host_config: dict[str, Any] = {
         "user": options.user,
         "mounts": mounts,
@@ -87,7 +87,6 @@ def create_kwargs(
         LABEL_THREAD: key.thread_id,
         LABEL_OWNER: options.owner,
         LABEL_SPEC: spec_hash,
-        LABEL_AGENT: agent_digest,
     }
     return {
         "image": options.image,
