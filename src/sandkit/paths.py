@@ -43,11 +43,20 @@ class ThreadLayout:
     data_root: Path
     key: SandboxKey
     mounts: tuple[Mount, ...]
+    # The thread's own directories (workspace, uploads, outputs) are below this: the
+    # key's place in the data root, or a warm pool box's storage before it has a key.
+    user_data_dir: Path
 
     @classmethod
     def for_key(cls, settings: Settings, key: SandboxKey) -> ThreadLayout:
         root = settings.data_root.expanduser().absolute()
-        user_data = root / "users" / key.user_id / "threads" / key.thread_id / "user-data"
+        return cls.at(settings, key, root / "users" / key.user_id / "threads" / key.thread_id)
+
+    @classmethod
+    def at(cls, settings: Settings, key: SandboxKey, thread_dir: Path) -> ThreadLayout:
+        """The layout with the thread's directories below `thread_dir/user-data`."""
+        root = settings.data_root.expanduser().absolute()
+        user_data = thread_dir / "user-data"
         mounts = [
             Mount(WORKSPACE, str(user_data / "workspace"), False),
             Mount(UPLOADS, str(user_data / "uploads"), settings.uploads_read_only),
@@ -59,18 +68,7 @@ class ThreadLayout:
             Mount(m.virtual, str(m.host.expanduser().absolute()), m.read_only)
             for m in settings.mounts
         ]
-        return cls(root, key, tuple(mounts))
-
-    @property
-    def user_data_dir(self) -> Path:
-        return (
-            self.data_root
-            / "users"
-            / self.key.user_id
-            / "threads"
-            / self.key.thread_id
-            / "user-data"
-        )
+        return cls(root, key, tuple(mounts), user_data)
 
     def create_dirs(self) -> None:
         """Create the thread's own directories (not shared skills or custom mounts)."""

@@ -23,6 +23,7 @@ from .payload import (
     find_host_rg,
     host_copy,
 )
+from .pool import Claim, WarmPoolOptions, pool_key
 from .provider import BoxProvider, BoxRecord
 from .reaper import IdleReaper
 from .sandbox import BoxSandbox
@@ -40,15 +41,18 @@ __all__ = [
     "BoxSandbox",
     "BoxTable",
     "ByteStream",
+    "Claim",
     "IdleReaper",
     "Payload",
     "SlotTransport",
     "StreamOpener",
+    "WarmPoolOptions",
     "box_mapping",
     "build_payload",
     "find_host_rg",
     "host_copy",
     "make_token",
+    "pool_key",
     "prepare_host_dirs",
     "sweep",
     "with_retries",

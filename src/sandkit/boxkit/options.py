@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from ..config import Settings
 from ..errors import ErrorCode, SandboxError
+from .pool import WarmPoolOptions
 
 
 class BoxOptions(BaseModel):
@@ -54,6 +55,10 @@ class BoxOptions(BaseModel):
     )
     max_running: int = Field(
         0, ge=0, description="Refuse (CAPACITY) to run more boxes of this owner; 0 = no cap."
+    )
+    warm_pool: WarmPoolOptions = Field(
+        default_factory=WarmPoolOptions,
+        description="Boxes started ahead for new threads (docs/pools.md); off by default.",
     )
 
     @field_validator("owner")

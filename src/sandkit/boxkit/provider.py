@@ -47,6 +47,7 @@ from .http_agent import AgentSlot, SlotTransport, make_token, wait_ready
 from .layout import box_mapping
 from .options import BoxOptions
 from .payload import RG_PATH, Payload, build_payload
+from .pool import Claim, WarmPool, pool_key
 from .reaper import IdleReaper
 from .sandbox import BoxSandbox
 from .sweep import failed, sweep, with_retries
@@ -85,15 +86,29 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
     handshake_timeout_s: ClassVar[float] = 60.0
     # What `acquire` hands out (a subclass may add platform details, e.g. a pod name).
     sandbox_class: ClassVar[type[BoxSandbox]] = BoxSandbox
+    # Whether the platform can hand a box to a key after it started (warm pools).
+    supports_pool: ClassVar[bool] = False
 
     def __init__(
         self, settings: Settings | None, options_class: type[O], record_class: type[B]
     ) -> None:
-        """A subclass passes its options model and its record type."""
+        """A subclass passes its options model and its record type, after setting its own
+        attributes (a warm pool's thread starts here and uses the provider at once)."""
         self.settings = settings or Settings()
         self.options: O = options_class.from_settings(self.settings)
+        self._record_class = record_class
         self._boxes: BoxTable[B] = BoxTable(record_class)
         self._reaper = IdleReaper(f"sandkit-{self.name}-reaper", self._background_round)
+        self._pool: WarmPool[B] | None = None
+        if self.options.warm_pool.size:
+            if not self.supports_pool:
+                raise SandboxError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"providers.{self.name}.warm_pool: the {self.name} provider has no warm "
+                    "pool (docs/pools.md says why)",
+                )
+            self._pool = WarmPool(self, self.options.warm_pool, f"sandkit-{self.name}-pool")
+            self._pool.start()
 
     # -- what a provider implements --------------------------------------------------------
 
@@ -144,6 +159,29 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         earlier HTTP agent of the box. May return how to ask whether the launch ended
         (its exit code, else None) while the kit waits for the agent to answer."""
         raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"{self.name} has no carrier http")
+
+    # warm pools (supports_pool = True) --------------------------------------------------
+
+    def _pool_slots(self) -> list[str]:
+        """Slots of this owner's pool boxes that run and are not claimed (any instance's)."""
+        raise NotImplementedError
+
+    def _pool_start(self, slot: str, record: B) -> None:
+        """Start a pool box for `slot` with fresh, empty storage of its own; set the
+        record's platform handles."""
+        raise NotImplementedError
+
+    def _pool_attach(self, slot: str, record: B) -> bool:
+        """Attach a running, unclaimed pool box (after a restart); False if there is none."""
+        raise NotImplementedError
+
+    def _pool_claim(self, slot: str, record: B, key: SandboxKey) -> Claim:
+        """Atomically make the pool box and its storage the key's (see `Claim`)."""
+        raise NotImplementedError
+
+    def _pool_remove(self, slot: str) -> None:
+        """Remove an unclaimed pool box and its storage (gone already: fine)."""
+        raise NotImplementedError
 
     # what a provider may refine ---------------------------------------------------------
 
@@ -208,6 +246,9 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
             ):
                 sandbox.last_used = time.monotonic()
                 return sandbox
+            claimed = self._claim_from_pool(box) if sandbox is None else None
+            if claimed is not None:
+                return claimed
             try:
                 self._ensure_running(box)
                 box.dead = False
@@ -260,6 +301,8 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         platform (also those of a crashed earlier instance), each retried; raises
         UNAVAILABLE at the end naming what could not be done."""
         self._reaper.stop()
+        if self._pool is not None:
+            self._pool.stop()  # its boxes are this owner's: the sweep below removes them
         held = self._boxes.take_all()
         for box in held:
             with box.lock:
@@ -326,11 +369,49 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         if not cap:
             return
         running = self._count_running()
+        while running >= cap and self._pool is not None and self._pool.give_up_one():
+            running = self._count_running()  # a pool box made room for this start
         if running >= cap:
             raise SandboxError(
                 ErrorCode.CAPACITY,
                 f"{running} sandboxes are running, the limit (max_running) is {cap}",
             )
+
+    def _claim_from_pool(self, box: B) -> BoxSandbox | None:
+        """For a key without a box and without thread data: a pool box, made the key's."""
+        pool = self._pool
+        if pool is None or not pool.ready_count() or self._layout(box.key).user_data_dir.exists():
+            return None
+        claimed = pool.claim(box.key)
+        if claimed is None:
+            return None
+        record, sandbox = claimed
+        record.key = box.key
+        record.sandbox = sandbox
+        self._boxes.replace(box, record)
+        sandbox.last_used = time.monotonic()
+        return sandbox
+
+    def _pool_open(self, slot: str, start: bool) -> tuple[B, BoxSandbox]:
+        """A pool box's record with an open, answering channel (started or adopted)."""
+        record = self._record_class(key=pool_key(slot))
+        if start:
+            self._pool_start(slot, record)
+        elif not self._pool_attach(slot, record):
+            raise SandboxError(ErrorCode.UNAVAILABLE, f"pool box {slot} is gone")
+        if self.options.carrier == "http":
+            self._ensure_http_agent(record)
+        sandbox = record.sandbox = self._new_sandbox(record)
+        try:
+            sandbox.ping(timeout=self.handshake_timeout_s)
+        except BaseException:
+            sandbox.close()
+            raise
+        return record, sandbox
+
+    def _pool_room(self) -> bool:
+        cap = self.options.max_running
+        return not cap or self._count_running() < cap
 
     def _layout(self, key: SandboxKey) -> ThreadLayout:
         return ThreadLayout.for_key(self.settings, key)

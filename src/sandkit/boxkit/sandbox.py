@@ -33,6 +33,11 @@ class BoxSandbox(RemoteSandbox):
         self._inflight = 0
         self._inflight_lock = threading.Lock()
 
+    def rekey(self, key: SandboxKey) -> None:
+        """A warm pool box claimed by `key` is the key's sandbox from now on."""
+        self.key = key
+        self.sandbox_id = key.sandbox_id
+
     @property
     def busy(self) -> bool:
         return self._inflight > 0

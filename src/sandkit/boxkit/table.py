@@ -62,6 +62,13 @@ class BoxTable(Generic[B]):
                     yield box
                     return
 
+    def replace(self, box: B, new: B) -> None:
+        """Make `new` the key's record instead of `box` (a claimed pool box's record);
+        whoever waits on `box`'s lock then starts over with `new`."""
+        with self._lock:
+            if self._boxes.get(box.key) is box:
+                self._boxes[new.key] = new
+
     def forget(self, box: B) -> None:
         """Drop the record if it is still the key's and has no sandbox."""
         with self._lock:

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
+import os
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -29,12 +33,15 @@ from sandkit.boxkit import (
     BoxRecord,
     BoxSandbox,
     ByteStream,
+    Claim,
     host_copy,
     http_agent,
+    pool_key,
     prepare_host_dirs,
 )
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
+from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
 
 from .client import connect
@@ -42,11 +49,13 @@ from .errors import engine_error
 from .options import DockerOptions
 from .spec import (
     LABEL_OWNER,
+    LABEL_POOL,
     LABEL_SANDBOX_ID,
     LABEL_SPEC,
     container_name,
     create_kwargs,
     owner_filter,
+    pool_container_name,
 )
 from .stream import DockerExecStream
 
@@ -75,6 +84,9 @@ class _Box(BoxRecord):
     """The kit's record plus the key's container and its stdio agent."""
 
     container_id: str | None = None
+    # A claimed warm pool box: its storage was renamed away under its mounts, so it is
+    # removed (not stopped) at release; the next acquire starts a box of the key's own.
+    pooled: bool = False
     # The stdio agent of the current stream: its tag, and the container it runs in.
     agent_tag: str | None = None
     agent_container: str | None = None
@@ -82,15 +94,16 @@ class _Box(BoxRecord):
 
 class DockerProvider(BoxProvider[_Box, DockerOptions]):
     name = "docker"
+    supports_pool = True
 
     def __init__(self, settings: Settings | None = None) -> None:
-        super().__init__(settings, DockerOptions, _Box)
         self._client: docker.DockerClient | None = None
         self._client_lock = threading.Lock()
         self._image_lock = threading.Lock()
         self._network_lock = threading.Lock()
         self._pulled = False
         self._payload_path: str | None = None
+        super().__init__(settings, DockerOptions, _Box)  # last: it may start the pool
 
     # -- engine ---------------------------------------------------------------------
 
@@ -115,12 +128,14 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         if attrs is None or not _running(attrs) or not self._adoptable(attrs, box.key):
             return False
         box.container_id = attrs["Id"]
+        box.pooled = _pooled(attrs)
         return True
 
     def _stop_box(self, box: _Box, remove: bool) -> None:
         """Stop or remove the container (by name: ours or adopted)."""
         name = container_name(self.options, box.key)
         api = self.client.api
+        remove = remove or box.pooled
         try:
             if remove:
                 api.remove_container(name, force=True, v=True)
@@ -156,6 +171,8 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 raise engine_error(exc, f"shutting down {container.name}") from None
 
     def _after_shutdown(self, handles: Sequence[Any]) -> None:
+        if self.options.shutdown == "remove":  # unclaimed pool boxes' storage
+            shutil.rmtree(self._pool_root(), ignore_errors=True)
         # Agent volumes the engine could not delete with their container (it only
         # logs that); prune spares volumes still used by a (stopped) container.
         client = self.client
@@ -175,6 +192,102 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             self.client.containers.list(filters={**owner_filter(self.options), "status": "running"})
         )
 
+    # -- warm pool ------------------------------------------------------------------
+
+    def _pool_root(self) -> Path:
+        return self.settings.data_root.expanduser().absolute() / ".sandkit" / "pool" / self.owner
+
+    def _pool_layout(self, slot: str) -> ThreadLayout:
+        return ThreadLayout.at(self.settings, pool_key(slot), self._pool_root() / slot)
+
+    def _pool_spec(self) -> str:
+        kwargs = create_kwargs(self.options, self._pool_layout("x"), self._payload_dir(), "x")
+        spec: str = kwargs["labels"][LABEL_SPEC]
+        return spec
+
+    def _pool_slots(self) -> list[str]:
+        labels = [f"{LABEL_OWNER}={self.owner}", LABEL_POOL]
+        try:
+            found = self.client.containers.list(filters={"label": labels, "status": "running"})
+        except Exception as exc:
+            raise engine_error(exc, "listing pool boxes") from None
+        spec = self._pool_spec()
+        slots = []
+        for container in found:
+            slot = container.labels.get(LABEL_POOL, "")
+            if container.name != pool_container_name(self.options, slot):
+                continue  # claimed: a key's box now
+            if container.labels.get(LABEL_SPEC) == spec:
+                slots.append(slot)
+            else:  # made with other settings: of no use to anyone
+                log.info("removing pool box %s: created with other settings", container.name)
+                self._pool_remove(slot)
+        return slots
+
+    def _pool_start(self, slot: str, record: _Box) -> None:
+        layout = self._pool_layout(slot)
+        options = self.options
+        prepare_host_dirs(layout, (options.uid, options.gid) if options.chown_thread_dirs else None)
+        kwargs = create_kwargs(options, layout, self._payload_dir(), slot)
+        try:
+            self._ensure_network()
+            attrs, _ = self._create(kwargs, layout.host_mapping().mask, check=False)
+            self.client.api.start(attrs["Id"])
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise engine_error(exc, "starting a pool box") from None
+        record.container_id = attrs["Id"]
+        record.pooled = True
+
+    def _pool_attach(self, slot: str, record: _Box) -> bool:
+        attrs = self._inspect_name(pool_container_name(self.options, slot))
+        if attrs is None or not _running(attrs) or not _pooled(attrs):
+            return False
+        record.container_id = attrs["Id"]
+        record.pooled = True
+        return True
+
+    def _pool_claim(self, slot: str, record: _Box, key: SandboxKey) -> Claim:
+        """Rename the box's storage to the key's thread dir (atomic on the host: one
+        replica wins a box, one box wins a key), then the box to the key's name."""
+        storage = self._pool_layout(slot).user_data_dir
+        target = self._layout(key).user_data_dir
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(storage, target)
+        except FileNotFoundError:
+            return Claim.GONE
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                return Claim.TAKEN  # the key has data now
+            raise SandboxError(ErrorCode.UNAVAILABLE, f"claiming a pool box: {exc}") from None
+        with contextlib.suppress(OSError):
+            (self._pool_root() / slot).rmdir()
+        try:
+            self.client.api.rename(str(record.container_id), container_name(self.options, key))
+        except docker.errors.NotFound:
+            return Claim.GONE  # the (empty) storage stays the key's
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise engine_error(exc, "claiming a pool box") from None
+            # The key got a box meanwhile (another replica's cold start): it uses the
+            # storage just moved there; this pool box is of no use any more.
+            self._remove_quietly(str(record.container_id))
+            return Claim.TAKEN
+        return Claim.CLAIMED
+
+    def _pool_remove(self, slot: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                self.client.api.remove_container(
+                    pool_container_name(self.options, slot), force=True, v=True
+                )
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise engine_error(exc, "removing a pool box") from None
+        shutil.rmtree(self._pool_root() / slot, ignore_errors=True)
+
     # -- containers -----------------------------------------------------------------
 
     def _inspect(self, key: SandboxKey) -> dict[str, Any] | None:
@@ -191,14 +304,18 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
     def _adoptable(
         self, attrs: dict[str, Any], key: SandboxKey, spec: dict[str, Any] | None = None
     ) -> bool:
-        """Ours, for this key, and created with the settings we would use now."""
-        if spec is None:
-            layout = self._layout(key)
-            spec = create_kwargs(self.options, layout, self._payload_dir())
+        """Ours, for this key, and created with the settings we would use now (a claimed
+        pool box is the key's by its name, which only a claim gives it)."""
         labels = attrs.get("Config", {}).get("Labels") or {}
+        if labels.get(LABEL_OWNER) != self.options.owner:
+            return False
+        if LABEL_POOL in labels:
+            named = attrs.get("Name", "").lstrip("/") == container_name(self.options, key)
+            return named and labels.get(LABEL_SPEC) == self._pool_spec()
+        if spec is None:
+            spec = create_kwargs(self.options, self._layout(key), self._payload_dir())
         return bool(
-            labels.get(LABEL_OWNER) == self.options.owner
-            and labels.get(LABEL_SANDBOX_ID) == key.sandbox_id
+            labels.get(LABEL_SANDBOX_ID) == key.sandbox_id
             and labels.get(LABEL_SPEC) == spec["labels"][LABEL_SPEC]
         )
 
@@ -214,6 +331,10 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             attrs = self._inspect(key)
             if attrs is not None and not self._adoptable(attrs, key, kwargs):
                 log.info("recreating %s: created with other settings", kwargs["name"])
+                self._remove_quietly(attrs["Id"])
+                attrs = None
+            if attrs is not None and _pooled(attrs) and not _running(attrs):
+                # A claimed pool box cannot start again (its storage moved): a new one.
                 self._remove_quietly(attrs["Id"])
                 attrs = None
             if attrs is None or not _running(attrs):
@@ -243,10 +364,14 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         except Exception as exc:
             raise engine_error(exc, f"starting sandbox {key.sandbox_id}", mask) from None
         box.container_id = attrs["Id"]
+        box.pooled = _pooled(attrs)
 
-    def _create(self, kwargs: dict[str, Any], mask: Any) -> tuple[dict[str, Any], bool]:
+    def _create(
+        self, kwargs: dict[str, Any], mask: Any, check: bool = True
+    ) -> tuple[dict[str, Any], bool]:
         """Create the container; if another process won the race (409), adopt theirs."""
-        self._check_capacity()
+        if check:
+            self._check_capacity()
         self._ensure_image(pull_missing=False)
         try:
             try:
@@ -500,6 +625,10 @@ def _container_ip(attrs: dict[str, Any], network: str) -> str:
         ErrorCode.UNAVAILABLE,
         f"the container has no IP address on network {network!r}, which carrier http needs",
     )
+
+
+def _pooled(attrs: dict[str, Any]) -> bool:
+    return LABEL_POOL in ((attrs.get("Config") or {}).get("Labels") or {})
 
 
 def _running(attrs: dict[str, Any]) -> bool:

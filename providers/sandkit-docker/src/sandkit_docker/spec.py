@@ -25,6 +25,9 @@ LABEL_USER = "sandkit.user"
 LABEL_THREAD = "sandkit.thread"
 LABEL_OWNER = "sandkit.owner"
 LABEL_SPEC = "sandkit.spec"
+# A warm pool box: its slot. Kept when the box is claimed (labels cannot change), so a
+# claimed box is known by its name (the key's) and this label.
+LABEL_POOL = "sandkit.pool"
 
 
 def container_name(options: DockerOptions, key: SandboxKey) -> str:
@@ -32,12 +35,19 @@ def container_name(options: DockerOptions, key: SandboxKey) -> str:
     return f"{options.owner}-{key.sandbox_id}"
 
 
+def pool_container_name(options: DockerOptions, slot: str) -> str:
+    return f"{options.owner}-pool-{slot}"
+
+
 def owner_filter(options: DockerOptions) -> dict[str, str | list[str] | bool]:
     return {"label": f"{LABEL_OWNER}={options.owner}"}
 
 
-def create_kwargs(options: DockerOptions, layout: ThreadLayout, payload_dir: str) -> dict[str, Any]:
-    """Everything `client.containers.create` needs for `layout.key`."""
+def create_kwargs(
+    options: DockerOptions, layout: ThreadLayout, payload_dir: str, pool_slot: str | None = None
+) -> dict[str, Any]:
+    """Everything `client.containers.create` needs for `layout.key` (or, with `pool_slot`,
+    for a warm pool box whose storage `layout` describes)."""
     key = layout.key
     mounts = [
         DockerMount(target=m.virtual, source=m.real, type="bind", read_only=m.read_only)
@@ -48,11 +58,7 @@ def create_kwargs(options: DockerOptions, layout: ThreadLayout, payload_dir: str
     # replace it). Beside it, an anonymous volume for the HTTP carrier's start-up
     # files: writable for put_archive, gone with the container (remove(v=True)),
     # labelled so one the engine failed to delete can still be found and pruned.
-    volume_labels = {
-        **options.labels,
-        LABEL_OWNER: options.owner,
-        LABEL_SANDBOX_ID: key.sandbox_id,
-    }
+    volume_labels = {**options.labels, LABEL_OWNER: options.owner}
     mounts.append(DockerMount(target=AGENT_DIR, source=payload_dir, type="bind", read_only=True))
     mounts.append(DockerMount(target=RUN_PARENT, source=None, type="volume", labels=volume_labels))
     host_config: dict[str, Any] = {
@@ -77,21 +83,29 @@ def create_kwargs(options: DockerOptions, layout: ThreadLayout, payload_dir: str
     spec = {
         "image": options.image,
         "command": list(options.command),
+        "pooled": pool_slot is not None,
         **{k: _jsonable(v) for k, v in host_config.items()},
     }
-    spec_hash = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-    labels = {
-        **options.labels,
-        LABEL_SANDBOX_ID: key.sandbox_id,
-        LABEL_USER: key.user_id,
-        LABEL_THREAD: key.thread_id,
-        LABEL_OWNER: options.owner,
-        LABEL_SPEC: spec_hash,
-    }
+    # A thread's own directories are where its storage happens to be: not part of how
+    # its box is made (pool boxes of one configuration then share one spec).
+    own = str(layout.user_data_dir)
+    spec_text = json.dumps(spec, sort_keys=True).replace(own, "<thread>")
+    spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
+    if pool_slot is None:
+        identity = {
+            LABEL_SANDBOX_ID: key.sandbox_id,
+            LABEL_USER: key.user_id,
+            LABEL_THREAD: key.thread_id,
+        }
+        name = container_name(options, key)
+    else:
+        identity = {LABEL_POOL: pool_slot}
+        name = pool_container_name(options, pool_slot)
+    labels = {**options.labels, **identity, LABEL_OWNER: options.owner, LABEL_SPEC: spec_hash}
     return {
         "image": options.image,
         "command": list(options.command),
-        "name": container_name(options, key),
+        "name": name,
         "labels": labels,
         "detach": True,
         "stdin_open": False,

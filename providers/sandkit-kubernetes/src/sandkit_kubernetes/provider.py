@@ -120,10 +120,10 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
     sandbox_class = KubernetesSandbox
 
     def __init__(self, settings: Settings | None = None) -> None:
-        super().__init__(settings, KubernetesOptions, _Box)
         self._configuration: Any = None
         self._core: Any = None
         self._client_lock = threading.Lock()
+        super().__init__(settings, KubernetesOptions, _Box)  # last: it may start the pool
 
     # -- API ------------------------------------------------------------------------
 
