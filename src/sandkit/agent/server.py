@@ -101,6 +101,10 @@ class AgentCore:
         return p.max_frame_bytes(context.limits)
 
     def _install(self, context: Context, config: Optional[Dict[str, Any]]) -> None:
+        if context.execute_enabled:
+            from ..runtime.appkernel import bound_processes
+
+            bound_processes(context.limits)  # gVisor only: see runtime/appkernel.py
         if self._supervisor is not None and config is not None and context.execute_enabled:
             import dataclasses
             import tempfile

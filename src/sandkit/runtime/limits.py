@@ -40,7 +40,8 @@ class Limits:
     process_max_live: int = 16
     process_output_bytes: int = 1 * MIB
     process_wait_max_s: float = 60.0
-    # Local provider only (its per-sandbox cgroup or rlimits); a box has its own limits.
+    # Local provider (its per-sandbox cgroup or rlimits); in a box only exec_max_processes,
+    # and only under gVisor (runtime/appkernel.py); otherwise a box has its own limits.
     exec_max_processes: int = 256
     exec_memory_bytes: int = 1024 * MIB
 
