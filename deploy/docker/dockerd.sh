@@ -4,6 +4,7 @@
 #   deploy/docker/dockerd.sh up      install docker.io if needed, start dockerd if no engine answers
 #   deploy/docker/dockerd.sh down    stop the dockerd that `up` started (never someone else's)
 #   deploy/docker/dockerd.sh status  say whether an engine answers, who owns it, and how it is set up
+#   deploy/docker/dockerd.sh gvisor  register gVisor's runsc as the runtime "runsc" (see below)
 #
 # Ownership is tracked only through the PID file: an engine that was already running before `up`
 # is left alone by `up` and `down`. Safe to run repeatedly; a second `up` returns in milliseconds.
@@ -13,6 +14,28 @@
 #   SANDKIT_DOCKERD_LOG      its log file                         (/var/log/sandkit-dockerd.log)
 #   SANDKIT_DOCKERD_TIMEOUT  seconds to wait for the engine       (60)
 #   SANDKIT_DOCKERD_ARGS     extra dockerd arguments, e.g. "--storage-driver=vfs"
+#   SANDKIT_GVISOR           1: `up` also registers gVisor (as `gvisor` does)
+#   SANDKIT_GVISOR_NETWORK   runsc's --network: auto (default), sandbox (gVisor's own netstack) or
+#                            host (the host kernel's stack, inside the container's own netns)
+#   SANDKIT_GVISOR_ARGS      extra runsc flags, e.g. "--platform=ptrace"
+#   SANDKIT_RUNSC            the runsc binary to register (default: deploy/gvisor/install-runsc.sh)
+#   SANDKIT_DOCKERD_CONFIG   daemon.json of an engine this script starts (/etc/docker/daemon.json)
+#
+# gVisor: runsc comes from deploy/gvisor/install-runsc.sh (a pinned build from the Go module
+# proxy, or Debian's package with SANDKIT_GVISOR_FROM=debian; SANDKIT_RUNSC names another
+# binary) and is added to the engine's daemon.json as {"runtimes": {"runsc": ...}}, merged with
+# what the file already has; a running engine of ours reloads it on SIGHUP (no restart: its
+# containers keep running). An
+# engine that is not ours is not signalled: the script says what to add and fails if runsc is
+# still unknown to it. Boxes then use it with providers.docker.runtime: runsc.
+#
+# --network=auto picks gVisor's own network stack (netstack) when this runsc can use it here, and
+# otherwise the host's stack inside the container's network namespace (--network=host): the box
+# reaches exactly what a runc box reaches, but its socket calls are served by the host kernel.
+# Debian 12's runsc (2022-12) tells the root network namespace from others by
+# /proc/sys/net/core/rmem_default, which Linux >= 6.11 shows in every namespace, so there it
+# refuses netstack with "cannot run with network enabled in root network namespace"
+# (gVisor issue 10704): auto then chooses host. The pinned build has the fix: netstack.
 set -euo pipefail
 
 PIDFILE=${SANDKIT_DOCKERD_PIDFILE:-/run/sandkit-dockerd.pid}
@@ -23,6 +46,12 @@ SOCK=/var/run/docker.sock
 LOCK=${PIDFILE}.lock
 # Used only when the default network setup cannot start (no iptables/bridge support in the kernel).
 NO_BRIDGE_ARGS="--bridge=none --iptables=false"
+GVISOR=${SANDKIT_GVISOR:-0}
+GVISOR_NETWORK=${SANDKIT_GVISOR_NETWORK:-auto}
+GVISOR_ARGS=${SANDKIT_GVISOR_ARGS:-}
+CONFIG=${SANDKIT_DOCKERD_CONFIG:-/etc/docker/daemon.json}
+RUNSC=
+HERE=$(cd "$(dirname "$0")" && pwd)
 
 say() { echo "dockerd.sh: $*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -62,7 +91,8 @@ spawn() {
     # setsid: the engine must outlive the shell (and the process group) that started it.
     # shellcheck disable=SC2086
     # 9>&-: the start-up lock must not be inherited by the engine.
-    setsid dockerd --host="unix://$SOCK" "$@" </dev/null >>"$LOG" 2>&1 9>&- &
+    setsid dockerd --host="unix://$SOCK" ${SANDKIT_DOCKERD_CONFIG:+--config-file="$CONFIG"} "$@" \
+        </dev/null >>"$LOG" 2>&1 9>&- &
     pid=$!
     echo "$pid" >"$PIDFILE"
     echo "$pid"
@@ -108,10 +138,13 @@ cmd_up() {
     if engine_answers; then
         if [ -n "$(our_pid)" ]; then say "engine already running (ours, PID $(our_pid))"
         else say "engine already running (not started by this script; leaving it alone)"; fi
+        [ "$GVISOR" = 1 ] && cmd_gvisor
         return 0
     fi
     ensure_installed
     [ "$(id -u)" = 0 ] || die "starting dockerd needs root"
+    # Registered before the engine starts, so it knows the runtime from its first second.
+    [ "$GVISOR" = 1 ] && gvisor_configure "$CONFIG"
     exec 9>"$LOCK"
     flock -w "$TIMEOUT" 9 || die "another dockerd.sh holds $LOCK"
     engine_answers && { say "engine came up while waiting for the lock"; return 0; }
@@ -141,6 +174,10 @@ cmd_up() {
     say "engine up: PID $pid ($PIDFILE), log $LOG, ready in" \
         "$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f s", b-a}')"
     describe
+    if [ "$GVISOR" = 1 ]; then
+        engine_has_runsc || die "the engine started but does not list the runtime runsc"
+        say "gVisor: runtime runsc registered ($(runsc_flags))"
+    fi
 }
 
 cmd_down() {
@@ -167,6 +204,122 @@ describe() {
     else
         say "network: no default bridge (use network_mode=none or host)"
     fi
+    DOCKER_HOST="unix://$SOCK" docker info --format 'runtimes: {{range $k, $v := .Runtimes}}{{$k}} {{end}}(default {{.DefaultRuntime}})' \
+        >&2 2>/dev/null || true
+}
+
+# --- gVisor -------------------------------------------------------------------------------------
+
+# The runsc to register: $SANDKIT_RUNSC, else what deploy/gvisor/install-runsc.sh builds (or
+# installs from Debian with SANDKIT_GVISOR_FROM=debian).
+ensure_runsc() {
+    [ -n "$RUNSC" ] && return 0
+    RUNSC=${SANDKIT_RUNSC:-}
+    if [ -z "$RUNSC" ]; then
+        RUNSC=$(bash "$HERE/../gvisor/install-runsc.sh") || die "deploy/gvisor/install-runsc.sh failed"
+    fi
+    [ -x "$RUNSC" ] || die "runsc not found at $RUNSC"
+}
+
+# Can this runsc use its own network stack here? Old releases decide that a namespace is the
+# root one when /proc/sys/net/core/rmem_default exists in it (gVisor issue 10704), which it
+# does in every namespace on Linux >= 6.11; those cannot run netstack on such a kernel.
+netstack_works() {
+    local version
+    version=$("$RUNSC" --version 2>/dev/null | sed -n 's/^runsc version //p' | head -n1)
+    case "$version" in
+        0.0~2022* | 0.0~2021* | 0.0~2020* | release-2022* | release-2023* | release-2024[0-7]*)
+            ! unshare --net test -e /proc/sys/net/core/rmem_default 2>/dev/null ;;
+        *) return 0 ;;
+    esac
+}
+
+runsc_network() {
+    case "$GVISOR_NETWORK" in
+        sandbox | host | none) echo "$GVISOR_NETWORK" ;;
+        auto) if netstack_works; then echo sandbox; else echo host; fi ;;
+        *) die "SANDKIT_GVISOR_NETWORK must be auto, sandbox, host or none (not $GVISOR_NETWORK)" ;;
+    esac
+}
+
+runsc_flags() { echo "--network=$(runsc_network) $GVISOR_ARGS" | sed 's/ *$//'; }
+
+# Merges {"runtimes": {"runsc": {...}}} into the daemon.json at $1, keeping every other key.
+gvisor_configure() {
+    local file=$1 network
+    ensure_runsc
+    network=$(runsc_network)
+    if [ "$network" = host ] && [ "$GVISOR_NETWORK" = auto ]; then
+        say "gVisor: $("$RUNSC" --version | head -n1) cannot use its own network stack on" \
+            "Linux $(uname -r) (gVisor issue 10704); boxes use --network=host inside their" \
+            "own network namespace"
+    fi
+    mkdir -p "$(dirname "$file")"
+    # shellcheck disable=SC2086
+    python3 - "$file" "$RUNSC" "--network=$network" $GVISOR_ARGS <<'EOF'
+import json, os, sys
+path, binary, *args = sys.argv[1:]
+config = {}
+if os.path.exists(path) and os.path.getsize(path):
+    with open(path) as f:
+        config = json.load(f)
+wanted = {"path": binary, "runtimeArgs": args}
+if config.get("runtimes", {}).get("runsc") != wanted:
+    config.setdefault("runtimes", {})["runsc"] = wanted
+    with open(path + ".tmp", "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+EOF
+}
+
+engine_has_runsc() {
+    DOCKER_HOST="unix://$SOCK" docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' \
+        2>/dev/null | tr ' ' '\n' | grep -qx runsc
+}
+
+# The config file a running dockerd reads: its --config-file, else the default.
+engine_config() {
+    local pid=$1 arg next=0
+    while IFS= read -r -d '' arg; do
+        if [ "$next" = 1 ]; then echo "$arg"; return 0; fi
+        case "$arg" in
+            --config-file=*) echo "${arg#--config-file=}"; return 0 ;;
+            --config-file) next=1 ;;
+        esac
+    done <"/proc/$pid/cmdline"
+    echo /etc/docker/daemon.json
+}
+
+cmd_gvisor() {
+    local pid config
+    engine_answers || die "no engine answers on $SOCK (run: $0 up)"
+    pid=$(our_pid)
+    if [ -z "$pid" ]; then
+        ensure_runsc
+        if engine_has_runsc; then say "gVisor: the engine (not ours) already knows runsc"; return 0; fi
+        die "the engine was not started by this script; add to its daemon.json:" \
+            "{\"runtimes\": {\"runsc\": {\"path\": \"$RUNSC\", \"runtimeArgs\": [\"--network=$(runsc_network)\"]}}}" \
+            "and send it SIGHUP"
+    fi
+    config=$(engine_config "$pid")
+    gvisor_configure "$config"
+    # dockerd reloads "runtimes" on SIGHUP; running containers are not touched.
+    kill -HUP "$pid"
+    for _ in $(seq 1 100); do
+        if engine_has_runsc && [ "$(runtime_args)" = "$(runsc_flags)" ]; then
+            say "gVisor: runtime runsc registered in $config ($(runsc_flags)), engine PID $pid reloaded"
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "engine PID $pid did not pick up runsc from $config after SIGHUP (see $LOG)"
+}
+
+# The runtimeArgs of the engine's runsc, space-separated.
+runtime_args() {
+    DOCKER_HOST="unix://$SOCK" docker info --format '{{with index .Runtimes "runsc"}}{{range .Args}}{{.}} {{end}}{{end}}' \
+        2>/dev/null | sed 's/ *$//'
 }
 
 cmd_status() {
@@ -186,5 +339,6 @@ case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
-    *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+    gvisor) cmd_gvisor ;;
+    *) echo "usage: $0 up|down|status|gvisor" >&2; exit 2 ;;
 esac
