@@ -42,6 +42,12 @@ KUBELET_HEALTHZ_PORT=10248
 CM_PORT=10257
 SCHED_PORT=10259
 
+# gVisor (SANDKIT_GVISOR=1): containerd's runtime handler `runsc` (gVisor's shim, built by
+# deploy/gvisor/install-runsc.sh) and the RuntimeClass `gvisor` that selects it.
+GVISOR=${SANDKIT_GVISOR:-0}
+GVISOR_HANDLER=runsc
+GVISOR_CLASS=gvisor
+
 PAUSE_IMAGE=docker.io/sandkit/pause:1
 SANDBOX_IMAGE=${SANDKIT_K8S_SANDBOX_IMAGE:-docker.io/sandkit/sandbox:debian12}
 SANDBOX_UID=1000

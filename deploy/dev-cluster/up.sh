@@ -20,6 +20,12 @@
 #   --build-only   only build/fetch what is cached (binaries, etcd, images); start nothing
 #   --write-gomod  regenerate gomod/ for SANDKIT_K8S_VERSION (to change the pinned release)
 #
+# SANDKIT_GVISOR=1 also sets up gVisor: containerd gets the runtime handler `runsc` (runsc and
+# containerd-shim-runsc-v1 from deploy/gvisor/install-runsc.sh) and the cluster the RuntimeClass
+# `gvisor`; a gVisor smoke pod checks it. On a cluster that is already up without it, only
+# containerd is restarted with the new handler (running pods keep running; the kubelet
+# reconnects), then the RuntimeClass is created.
+#
 # Environment: SANDKIT_K8S_VERSION (v1.34.4), SANDKIT_K8S_NODE_IP (eth0's address),
 # SANDKIT_K8S_NICE (19: builds only take idle CPU), SANDKIT_K8S_GO_PARALLEL (2),
 # SANDKIT_DEBIAN_MIRROR (first URI of /etc/apt/sources.list.d/debian.sources), and the paths
@@ -360,18 +366,48 @@ EOF
     chmod 600 "$file"
 }
 
-write_configs() {
-    local ip=$1 node=$2
-    mkdir -p "$STATE/etc" "$STATE/cni/net.d" "$STATE/cni/ipam" "$STATE/volume-plugins" "$LINK_BIN"
-    kubeconfig "$KUBECONFIG_ADMIN" admin
-    kubeconfig "$STATE/etc/controller-manager.kubeconfig" controller-manager
-    kubeconfig "$STATE/etc/scheduler.kubeconfig" scheduler
-    kubeconfig "$STATE/etc/kubelet.kubeconfig" kubelet
-    ln -sf "$BIN_DIR/kubectl" "$LINK_BIN/kubectl"
-    ln -sf "$ETCD_DIR/etcdctl" "$LINK_BIN/etcdctl"
+# gVisor's runtime handler for containerd.toml (nothing unless SANDKIT_GVISOR=1): gVisor's shim
+# (containerd-shim-runsc-v1, found on containerd's PATH; it finds runsc through runsc.toml),
+# which makes each pod one gVisor sandbox. (containerd's runc shim with BinaryName=runsc would
+# run pods too, but it follows a container by its init's host PID, which under gVisor is the
+# sandbox's for every container of the pod: it would not see an app container exit.)
+gvisor_runtime_config() {
+    [ "$GVISOR" = 1 ] || return 0
+    cat <<EOF
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.$GVISOR_HANDLER]
+        runtime_type = "io.containerd.runsc.v1"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.$GVISOR_HANDLER.options]
+          TypeUrl = "io.containerd.runsc.v1.options"
+          ConfigPath = "$STATE/etc/runsc.toml"
+EOF
+}
 
+# runsc, its shim and the shim's config; sets RUNSC.
+prepare_gvisor() {
+    RUNSC=$(bash "$HERE/../gvisor/install-runsc.sh") || die "deploy/gvisor/install-runsc.sh failed"
+    [ -x "$(dirname "$RUNSC")/containerd-shim-runsc-v1" ] \
+        || die "no containerd-shim-runsc-v1 beside $RUNSC (Debian's runsc has none: SANDKIT_GVISOR_FROM=go)"
+    mkdir -p "$STATE/etc"
+    cat >"$STATE/etc/runsc.toml" <<EOF
+binary_name = "$RUNSC"
+root = "$RUN/runsc"
+[runsc_config]
+  # The pod's network namespace (CNI bridge), served by gVisor's own network stack.
+  network = "sandbox"
+EOF
+}
+
+start_containerd() {
+    if [ "$GVISOR" = 1 ]; then
+        PATH="$(dirname "$RUNSC"):$PATH" start_daemon containerd --config "$STATE/etc/containerd.toml"
+    else
+        start_daemon containerd --config "$STATE/etc/containerd.toml"
+    fi
+}
+
+containerd_config() {
     # Its own root, state and socket: Docker's containerd on this machine stays untouched.
-    cat >"$STATE/etc/containerd.toml" <<EOF
+    cat <<EOF
 version = 2
 root = "$STATE/containerd"
 state = "$RUN/containerd"
@@ -405,11 +441,25 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
           SystemdCgroup = false
           Root = "$RUN/runc"
+$(gvisor_runtime_config)
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "$CNI_BIN"
       conf_dir = "$STATE/cni/net.d"
       max_conf_num = 1
 EOF
+}
+
+write_configs() {
+    local ip=$1 node=$2
+    mkdir -p "$STATE/etc" "$STATE/cni/net.d" "$STATE/cni/ipam" "$STATE/volume-plugins" "$LINK_BIN"
+    kubeconfig "$KUBECONFIG_ADMIN" admin
+    kubeconfig "$STATE/etc/controller-manager.kubeconfig" controller-manager
+    kubeconfig "$STATE/etc/scheduler.kubeconfig" scheduler
+    kubeconfig "$STATE/etc/kubelet.kubeconfig" kubelet
+    ln -sf "$BIN_DIR/kubectl" "$LINK_BIN/kubectl"
+    ln -sf "$ETCD_DIR/etcdctl" "$LINK_BIN/etcdctl"
+
+    containerd_config >"$STATE/etc/containerd.toml"
 
     # No masquerading and no portmap: nothing is changed in iptables.
     cat >"$STATE/cni/net.d/10-$CNI_NET.conflist" <<EOF
@@ -579,9 +629,10 @@ start_cluster() {
         iptables -w -C $FORWARD_RULE 2>/dev/null || iptables -w -I $FORWARD_RULE
     fi
     make_pki "$ip" "$node"
+    if [ "$GVISOR" = 1 ]; then prepare_gvisor; fi
     write_configs "$ip" "$node"
 
-    start_daemon containerd --config "$STATE/etc/containerd.toml"
+    start_containerd
     start_daemon etcd --name sandkit-dev --data-dir "$STATE/etcd" \
         --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
         --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -713,6 +764,77 @@ hi" ] || fail "exec with emptyDir printed '$out'"
 }
 
 # ---------------------------------------------------------------------------------------------
+# gVisor: the RuntimeClass, a smoke pod in it, and enabling it on a cluster that is up.
+
+gvisor_runtime_class() {
+    kc apply -f - >/dev/null <<EOF
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: $GVISOR_CLASS
+  labels: {app.kubernetes.io/part-of: sandkit-dev-cluster}
+handler: $GVISOR_HANDLER
+EOF
+}
+
+gvisor_smoke() {
+    local pod=sandkit-smoke-gvisor t0 out
+    t0=$(now)
+    kc delete pod "$pod" --ignore-not-found --wait=true >/dev/null
+    kc create -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $pod, namespace: default}
+spec:
+  runtimeClassName: $GVISOR_CLASS
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0
+  automountServiceAccountToken: false
+  securityContext: {runAsUser: $SANDBOX_UID, runAsGroup: $SANDBOX_UID, runAsNonRoot: true}
+  containers:
+  - name: main
+    image: $SANDBOX_IMAGE
+    imagePullPolicy: Never
+    command: [sleep, "600"]
+    securityContext:
+      allowPrivilegeEscalation: false
+      capabilities: {drop: [ALL]}
+EOF
+    kc wait --for=jsonpath='{.status.phase}'=Running "pod/$pod" --timeout=120s >/dev/null \
+        || { kc describe pod "$pod" >&2; fail "gVisor smoke pod did not reach Running" containerd; }
+    out=$(kc exec "$pod" -- uname -r) || fail "kubectl exec into the gVisor pod failed" containerd
+    case "$out" in
+        *-gvisor) ;;
+        *) fail "the gVisor smoke pod runs on kernel '$out', not gVisor's" ;;
+    esac
+    kc delete pod "$pod" --wait=true --timeout=60s >/dev/null || fail "deleting the gVisor smoke pod failed"
+    say "gVisor smoke pod: RuntimeClass $GVISOR_CLASS, kernel $out, $(since "$t0") s with exec and delete"
+}
+
+# containerd runs with the config gVisor needs (the handler as containerd_config writes it).
+gvisor_configured() { containerd_config | cmp -s - "$STATE/etc/containerd.toml"; }
+
+# The cluster is up without the runsc handler: restart containerd alone with it.
+enable_gvisor() {
+    local pid
+    T0_START=$(now)
+    say "enabling gVisor: restarting containerd with the runtime handler $GVISOR_HANDLER"
+    write_configs "$(node_ip)" "$(node_name)"
+    pid=$(our_pid containerd)
+    if [ -n "$pid" ]; then
+        kill -TERM "$pid"
+        for _ in $(seq 1 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
+            sleep 0.1
+        done
+    fi
+    start_containerd
+    wait_until "containerd" containerd 30 ctr --address "$CTR_SOCK" version
+    wait_until "node $(node_name) Ready" kubelet 120 node_ready "$(node_name)"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 cluster_healthy() {
     local name
@@ -762,6 +884,12 @@ main() {
     take_lock
     if [ "$BUILD_ONLY" = 0 ] && cluster_healthy; then
         say "already up ($(since "$t_total") s to verify)"
+        if [ "$GVISOR" = 1 ]; then
+            prepare_gvisor
+            gvisor_configured || enable_gvisor
+            gvisor_runtime_class
+            if [ "$SMOKE" = 1 ]; then gvisor_smoke; fi
+        fi
         summary
         echo "$KUBECONFIG_ADMIN"
         return 0
@@ -781,6 +909,10 @@ main() {
     if [ "$SMOKE" = 1 ]; then
         smoke
         say "smoke pod: create→Running ${T_POD} s; with exec, volumes and delete ${T_SMOKE} s"
+    fi
+    if [ "$GVISOR" = 1 ]; then
+        gvisor_runtime_class
+        if [ "$SMOKE" = 1 ]; then gvisor_smoke; fi
     fi
     say "timings: build ${T_BUILD} s, start ${T_START} s, pod create→Running ${T_POD:-n/a} s," \
         "total $(since "$t_total") s"
