@@ -102,8 +102,12 @@ class WarmPool(Generic[R]):
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop refilling and close every channel (the boxes go with the provider's shutdown)."""
+        """Stop refilling (waiting for a box being started, so the shutdown that follows
+        sees it) and close every channel; the boxes go with the provider's shutdown."""
         self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
         with self._lock:
             entries, self._ready = list(self._ready.values()), {}
         for entry in entries:

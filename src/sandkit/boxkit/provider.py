@@ -27,11 +27,12 @@ and for carrier http `_agent_url`, `_launch_http_agent` and `_box_uid`.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ..agent.protocol import agent_config, max_frame_bytes
@@ -99,6 +100,9 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         self._record_class = record_class
         self._boxes: BoxTable[B] = BoxTable(record_class)
         self._reaper = IdleReaper(f"sandkit-{self.name}-reaper", self._background_round)
+        # Held from the capacity check to the box's creation, so concurrent starts (and a
+        # pool refill) of this instance cannot pass max_running together.
+        self._capacity_lock = threading.RLock()
         self._pool: WarmPool[B] | None = None
         if self.options.warm_pool.size:
             if not self.supports_pool:
@@ -363,6 +367,17 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         finally:
             box.dead = True
 
+    @contextlib.contextmanager
+    def _starting(self) -> Iterator[None]:
+        """Around creating a box: CAPACITY when one more would pass `max_running`, and no
+        other start of this instance in between (the new box must count when it ends)."""
+        if not self.options.max_running:
+            yield
+            return
+        with self._capacity_lock:
+            self._check_capacity()
+            yield
+
     def _check_capacity(self) -> None:
         """CAPACITY when starting one more box would pass `max_running`."""
         cap = self.options.max_running
@@ -396,7 +411,10 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         """A pool box's record with an open, answering channel (started or adopted)."""
         record = self._record_class(key=pool_key(slot))
         if start:
-            self._pool_start(slot, record)
+            with self._capacity_lock:
+                if not self._pool_room():
+                    raise SandboxError(ErrorCode.CAPACITY, "max_running is reached")
+                self._pool_start(slot, record)
         elif not self._pool_attach(slot, record):
             raise SandboxError(ErrorCode.UNAVAILABLE, f"pool box {slot} is gone")
         if self.options.carrier == "http":

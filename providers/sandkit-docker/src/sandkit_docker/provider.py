@@ -188,9 +188,9 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 log.warning("shutdown: pruning networks: %s", exc)
 
     def _count_running(self) -> int:
-        return len(
-            self.client.containers.list(filters={**owner_filter(self.options), "status": "running"})
-        )
+        # Created ones too: a box between its create and its start counts already.
+        status = {"status": ["created", "running"]}
+        return len(self.client.containers.list(filters={**owner_filter(self.options), **status}))
 
     # -- warm pool ------------------------------------------------------------------
 
@@ -353,8 +353,9 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 if state.get("Status") == "created" and not created:
                     attrs = self._wait_foreign_start(attrs)
                 if not _running(attrs):
-                    self._check_capacity()
-                    self.client.api.start(attrs["Id"])
+                    # Ours just now: counted at its create. An old one counts from here.
+                    with contextlib.nullcontext() if created else self._starting():
+                        self.client.api.start(attrs["Id"])
             else:  # restarting, removing, dead: start from scratch
                 self._remove_quietly(attrs["Id"])
                 attrs, _ = self._create(kwargs, mask)
@@ -370,8 +371,10 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         self, kwargs: dict[str, Any], mask: Any, check: bool = True
     ) -> tuple[dict[str, Any], bool]:
         """Create the container; if another process won the race (409), adopt theirs."""
-        if check:
-            self._check_capacity()
+        with self._starting() if check else contextlib.nullcontext():
+            return self._create_unchecked(kwargs)
+
+    def _create_unchecked(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         self._ensure_image(pull_missing=False)
         try:
             try:
