@@ -647,3 +647,12 @@ def test_find_rg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SANDKIT_RG")
     found = find_rg()
     assert found is None or os.access(found, os.X_OK)
+
+
+def test_a_ripgrep_crash_falls_back_to_the_python_engine() -> None:
+    """rg 15 can panic when a directory is swapped for a symlink mid-walk (seen 7 in 966
+    runs of such a race): that is the Python engine's turn, not an INTERNAL error."""
+    from sandkit.runtime import rg
+
+    with pytest.raises(rg.RgUnusable):
+        rg._checked(101, b"", b"thread '<unnamed>' panicked at crates/ignore/src/walk.rs:1167")

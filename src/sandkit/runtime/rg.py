@@ -175,6 +175,10 @@ def _checked(returncode: int, stdout: bytes, stderr_bytes: bytes) -> bytes:
         return stdout
     if classify(stderr) is ErrorCode.INVALID_PATTERN:
         raise RgRegexError(stderr.strip())
+    if returncode == 101 or "panicked at" in stderr:
+        # A crash of rg itself (e.g. a directory swapped for a symlink mid-walk trips an
+        # assertion in its walker): the Python engine answers instead.
+        raise RgUnusable("ripgrep crashed: %s" % stderr.strip()[:300])
     if returncode < 0:
         raise SandboxError(ErrorCode.INTERNAL, "ripgrep was killed by signal %d" % -returncode)
     raise SandboxError(ErrorCode.INTERNAL, "ripgrep failed: %s" % stderr.strip()[:300])

@@ -12,10 +12,12 @@ from ..config import CONFIG_ENV, Settings
 
 def clear_ambient_configuration(patch: pytest.MonkeyPatch, config_file: str | None) -> None:
     """Unset every variable that configures sandkit (settings fields, the config file, the
-    rg override, the CLI's user and thread); point the config file at `config_file`.
+    rg override, the CLI's user and thread); point the config file at `config_file`, and
+    the user's config directory at one that does not exist (no ~/.config/sandkit).
 
     Variables of the test infrastructure (SANDKIT_BASE_IMAGE, say) stay.
     """
+    patch.setenv("XDG_CONFIG_HOME", os.path.join(os.sep, "nonexistent", "sandkit-tests"))
     configuring = {f"SANDKIT_{name.upper()}" for name in Settings.model_fields}
     configuring |= {CONFIG_ENV, "SANDKIT_RG", "SANDKIT_USER", "SANDKIT_THREAD"}
     for name in list(os.environ):
