@@ -36,7 +36,7 @@ def lstat_at(dir_fd: int, name: str) -> Optional[os.stat_result]:
 def open_subdir(dir_fd: int, name: str, create: bool = False) -> int:
     """Open the directory `name` inside `dir_fd`; mkdir it first when asked."""
     try:
-        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        return _same_as_name(dir_fd, name, os.open(name, _DIR_FLAGS, dir_fd=dir_fd))
     except FileNotFoundError:
         if not create:
             raise
@@ -49,6 +49,27 @@ def open_subdir(dir_fd: int, name: str, create: bool = False) -> int:
     with contextlib.suppress(FileExistsError):  # created concurrently: fine
         os.mkdir(name, 0o777, dir_fd=dir_fd)
     return open_subdir(dir_fd, name, create=False)
+
+
+def _same_as_name(dir_fd: int, name: str, fd: int) -> int:
+    """`fd` if it is the directory `name` names in `dir_fd` now; else ELOOP.
+
+    O_DIRECTORY|O_NOFOLLOW does not refuse a symlink everywhere: gVisor's kernel
+    follows it (Linux says ENOTDIR), so a directory swapped for a symlink between
+    our check and this open would be entered. The opened directory must be the one
+    the name (not followed) refers to: a followed symlink has another inode, whether
+    the link is still there or was swapped back meanwhile.
+    """
+    try:
+        opened = os.fstat(fd)
+        named = lstat_at(dir_fd, name)
+    except BaseException:
+        os.close(fd)
+        raise
+    if named is None or (named.st_dev, named.st_ino) != (opened.st_dev, opened.st_ino):
+        os.close(fd)
+        raise _symlink_error(name)
+    return fd
 
 
 def open_dir(root: str, parts: Sequence[str], create: bool = False) -> int:
