@@ -49,7 +49,16 @@ IGNORED_DIRS: FrozenSet[str] = frozenset(
     }
 )
 IGNORED_DIR_GLOBS: Tuple[str, ...] = ("*.egg-info",)
-IGNORED_FILE_GLOBS: Tuple[str, ...] = ("*.pyc", "*.pyo", ".DS_Store", "Thumbs.db")
+# `.sandkit-*.tmp`: the runtime's own temp file of an atomic write (safefs.atomic_replace).
+# Where O_TMPFILE is missing (gVisor's file systems, some network file systems) it has a
+# name while it is written, and a writer killed outright leaves it behind: never shown.
+IGNORED_FILE_GLOBS: Tuple[str, ...] = (
+    "*.pyc",
+    "*.pyo",
+    ".DS_Store",
+    "Thumbs.db",
+    ".sandkit-*.tmp",
+)
 
 
 _FILE_RE = re.compile("|".join(fnmatch.translate(g) for g in IGNORED_FILE_GLOBS))
