@@ -9,6 +9,14 @@ still tracks, and it cannot be killed from outside (`can_kill_box` is False).
 Docker and Kubernetes are real (a local engine, the dev cluster); E2B runs over
 the Docker-backed stand-in of `providers/sandkit-e2b/tests/e2b_standin.py`,
 because the E2B cloud is not reachable here.
+
+`docker-gvisor` and `kubernetes-gvisor` are the same two targets with boxes in gVisor
+(`runtime: runsc`, `runtime_class_name: gvisor`; see tests/gvisor_support.py). Under
+gVisor the host's pids cgroup counts the sandbox's host tasks (about two per process,
+plus ~25 for the Sentry), so the box's process bound is the in-kernel one the agent
+sets (runtime/appkernel.py, `exec_max_processes`), and the host limit must leave room
+for it: GVISOR_DOCKER_PIDS on Docker; on Kubernetes, where the node's podPidsLimit
+(256) is the host limit, exec_max_processes is GVISOR_K8S_PROCESSES.
 """
 
 from __future__ import annotations
@@ -41,7 +49,12 @@ for _tests in ("sandkit-kubernetes", "sandkit-e2b"):  # k8s_support, e2b_standin
     if _path not in sys.path:
         sys.path.append(_path)
 
-KINDS = ("local", "docker", "kubernetes", "e2b")
+KINDS = ("local", "docker", "kubernetes", "e2b", "docker-gvisor", "kubernetes-gvisor")
+GVISOR_KINDS = ("docker-gvisor", "kubernetes-gvisor")
+# Host tasks a gVisor box may use on Docker: room for exec_max_processes (256) processes.
+GVISOR_DOCKER_PIDS = 1024
+# Processes a gVisor pod may have under the dev cluster's podPidsLimit of 256 host tasks.
+GVISOR_K8S_PROCESSES = 96
 
 # A provider process started by a test (to be killed and restarted) shares the session.
 SESSION = os.environ.get("SANDKIT_HARDENING_SESSION") or uuid.uuid4().hex[:10]
@@ -145,7 +158,7 @@ def local_target() -> Target:
 # -- docker --------------------------------------------------------------------------
 
 
-def docker_target() -> Target:
+def docker_target(kind: str = "docker", variant: dict[str, Any] | None = None) -> Target:
     from sandkit_docker.provider import DockerProvider
 
     from tests.docker_support import default_base_image, require_docker, require_image
@@ -161,6 +174,7 @@ def docker_target() -> Target:
             "owner": OWNER,
             "labels": {SESSION_LABEL: SESSION},
             "reap_interval_s": 0,
+            **(variant or {}),
             **options,
         }
         return DockerProvider(settings.model_copy(update={"providers": {"docker": merged}}))
@@ -201,13 +215,25 @@ def docker_target() -> Target:
         with contextlib.suppress(Exception):
             client.networks.prune(filters={"label": f"{SESSION_LABEL}={SESSION}"})
 
-    return Target("docker", build, boxes, kill=kill, cleanup=cleanup)
+    return Target(kind, build, boxes, kill=kill, cleanup=cleanup)
+
+
+def docker_gvisor_target() -> Target:
+    """Docker with every box in gVisor; its own owner, so its boxes are told apart."""
+    from tests.docker_support import require_docker
+    from tests.gvisor_support import require_docker_runsc
+
+    runtime = require_docker_runsc(require_docker())
+    variant = {"runtime": runtime, "pids_limit": GVISOR_DOCKER_PIDS, "owner": f"{OWNER}-gv"}
+    return docker_target("docker-gvisor", variant)
 
 
 # -- kubernetes ----------------------------------------------------------------------
 
 
-def kubernetes_target() -> Target:
+def kubernetes_target(
+    kind: str = "kubernetes", variant: dict[str, Any] | None = None, max_processes: int = 0
+) -> Target:
     from k8s_support import require_cluster, require_image, sandbox_image
     from kubernetes import client as k8s
     from sandkit_kubernetes.provider import KubernetesProvider
@@ -235,9 +261,14 @@ def kubernetes_target() -> Target:
                 "requests": {"cpu": "10m", "memory": "32Mi"},
                 "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "1Gi"},
             },
+            **(variant or {}),
             **options,
         }
-        return KubernetesProvider(settings.model_copy(update={"providers": {"kubernetes": merged}}))
+        update: dict[str, Any] = {"providers": {"kubernetes": merged}}
+        if max_processes and settings.limits.exec_max_processes > max_processes:
+            limits = settings.limits.model_copy(update={"exec_max_processes": max_processes})
+            update["limits"] = limits
+        return KubernetesProvider(settings.model_copy(update=update))
 
     def boxes(provider: SandboxProvider) -> list[str]:
         owner = getattr(getattr(provider, "options", None), "owner", OWNER)
@@ -268,7 +299,19 @@ def kubernetes_target() -> Target:
         with contextlib.suppress(Exception):
             core.delete_namespace(NAMESPACE)
 
-    return Target("kubernetes", build, boxes, kill=kill, cleanup=cleanup)
+    return Target(kind, build, boxes, kill=kill, cleanup=cleanup)
+
+
+def kubernetes_gvisor_target() -> Target:
+    """Kubernetes with every pod in the gVisor RuntimeClass; its own owner."""
+    from k8s_support import require_cluster
+
+    from tests.gvisor_support import require_runtime_class
+
+    _, core = require_cluster()
+    runtime_class = require_runtime_class(core.api_client)
+    variant = {"runtime_class_name": runtime_class, "owner": f"{OWNER}-gv"}
+    return kubernetes_target("kubernetes-gvisor", variant, max_processes=GVISOR_K8S_PROCESSES)
 
 
 def pod_processes(uid: str) -> int:
@@ -339,4 +382,6 @@ BUILDERS: dict[str, Callable[[], Target]] = {
     "docker": docker_target,
     "kubernetes": kubernetes_target,
     "e2b": e2b_target,
+    "docker-gvisor": docker_gvisor_target,
+    "kubernetes-gvisor": kubernetes_gvisor_target,
 }
