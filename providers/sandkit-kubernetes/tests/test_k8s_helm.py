@@ -31,7 +31,7 @@ MINIMAL_RULES = [
     {
         "apiGroups": [""],
         "resources": ["pods"],
-        "verbs": ["create", "get", "list", "watch", "delete"],
+        "verbs": ["create", "get", "list", "watch", "delete", "patch"],
     },
     {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},

@@ -23,7 +23,8 @@ from .payload import (
     find_host_rg,
     host_copy,
 )
-from .pool import Claim, WarmPoolOptions, pool_key
+from .pool import Claim, WarmPoolOptions
+from .poolstorage import claim_storage, pool_layout, pool_root
 from .provider import BoxProvider, BoxRecord
 from .reaper import IdleReaper
 from .sandbox import BoxSandbox
@@ -49,10 +50,12 @@ __all__ = [
     "WarmPoolOptions",
     "box_mapping",
     "build_payload",
+    "claim_storage",
     "find_host_rg",
     "host_copy",
     "make_token",
-    "pool_key",
+    "pool_layout",
+    "pool_root",
     "prepare_host_dirs",
     "sweep",
     "with_retries",

@@ -162,7 +162,7 @@ class WarmPool(Generic[R]):
         try:
             present = set(self._host._pool_slots())
         except SandboxError as exc:
-            self._note(f"cannot list pool boxes: {exc}")
+            self._note("cannot list pool boxes", exc)
             return
         with self._lock:
             gone = [s for s in self._ready if s not in present]
@@ -186,7 +186,7 @@ class WarmPool(Generic[R]):
         try:
             record, sandbox = self._host._pool_open(slot, start)
         except SandboxError as exc:
-            self._note(f"cannot {'start' if start else 'adopt'} a pool box: {exc}")
+            self._note(f"cannot {'start' if start else 'adopt'} a pool box", exc)
             if start:
                 with contextlib.suppress(SandboxError):
                     self._host._pool_remove(slot)
@@ -198,14 +198,16 @@ class WarmPool(Generic[R]):
             self._ready[slot] = _Entry(slot, record, sandbox)
         return True
 
-    def _note(self, trouble: str | None) -> None:
-        """Say once when the pool stops being refilled, and once when it recovers."""
+    def _note(self, trouble: str | None, cause: Exception | None = None) -> None:
+        """Say once when the pool stops being refilled (per kind of trouble: the cause's
+        text names a box, which changes every round), and once when it recovers."""
         if trouble == self._trouble:
             return
         if trouble is None:
             log.info("%s: the warm pool is being refilled again", self.name)
         else:
-            log.warning("%s: the warm pool is not refilled: %s", self.name, trouble)
+            detail = f": {cause}" if cause is not None else ""
+            log.warning("%s: the warm pool is not refilled: %s%s", self.name, trouble, detail)
         self._trouble = trouble
 
     def _loop(self) -> None:

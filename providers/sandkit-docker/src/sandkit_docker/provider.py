@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import logging
-import os
 import secrets
 import shutil
 import threading
@@ -34,9 +32,11 @@ from sandkit.boxkit import (
     BoxSandbox,
     ByteStream,
     Claim,
+    claim_storage,
     host_copy,
     http_agent,
-    pool_key,
+    pool_layout,
+    pool_root,
     prepare_host_dirs,
 )
 from sandkit.config import Settings
@@ -195,10 +195,10 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
     # -- warm pool ------------------------------------------------------------------
 
     def _pool_root(self) -> Path:
-        return self.settings.data_root.expanduser().absolute() / ".sandkit" / "pool" / self.owner
+        return pool_root(self.settings, self.owner)
 
     def _pool_layout(self, slot: str) -> ThreadLayout:
-        return ThreadLayout.at(self.settings, pool_key(slot), self._pool_root() / slot)
+        return pool_layout(self.settings, self.owner, slot)
 
     def _pool_spec(self) -> str:
         kwargs = create_kwargs(self.options, self._pool_layout("x"), self._payload_dir(), "x")
@@ -251,19 +251,9 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
     def _pool_claim(self, slot: str, record: _Box, key: SandboxKey) -> Claim:
         """Rename the box's storage to the key's thread dir (atomic on the host: one
         replica wins a box, one box wins a key), then the box to the key's name."""
-        storage = self._pool_layout(slot).user_data_dir
-        target = self._layout(key).user_data_dir
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.rename(storage, target)
-        except FileNotFoundError:
-            return Claim.GONE
-        except OSError as exc:
-            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                return Claim.TAKEN  # the key has data now
-            raise SandboxError(ErrorCode.UNAVAILABLE, f"claiming a pool box: {exc}") from None
-        with contextlib.suppress(OSError):
-            (self._pool_root() / slot).rmdir()
+        moved = claim_storage(self.settings, self.owner, slot, self._layout(key))
+        if moved is not Claim.CLAIMED:
+            return moved
         try:
             self.client.api.rename(str(record.container_id), container_name(self.options, key))
         except docker.errors.NotFound:

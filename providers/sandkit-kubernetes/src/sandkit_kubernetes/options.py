@@ -142,6 +142,11 @@ class KubernetesOptions(BoxOptions):
 
     @model_validator(mode="after")
     def _consistent(self) -> KubernetesOptions:
+        if self.warm_pool.size and not (self.storage == "hostPath" and self.prepare_host_dirs):
+            raise ValueError(
+                "warm_pool needs storage hostPath with prepare_host_dirs: a pool pod's storage "
+                "becomes its thread's by a rename on the node (docs/pools.md)"
+            )
         if self.uid == 0 and not self.allow_root:
             raise ValueError("uid 0 runs as root; set allow_root: true if you really mean it")
         if self.schedule_timeout_s > self.start_timeout_s:

@@ -17,9 +17,11 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from sandkit.agent import protocol as p
@@ -29,23 +31,33 @@ from sandkit.boxkit import (
     BoxRecord,
     BoxSandbox,
     ByteStream,
+    Claim,
     bootstrap,
+    claim_storage,
+    pool_layout,
+    pool_root,
     prepare_host_dirs,
 )
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
+from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
 
 from .errors import api_error, api_message
 from .options import KubernetesOptions
 from .spec import (
     ANNOTATION_SPEC,
+    ANNOTATION_THREAD,
+    ANNOTATION_USER,
     CONTAINER,
     LABEL_OWNER,
+    LABEL_POOL,
     LABEL_SANDBOX_ID,
+    key_labels,
     owner_selector,
     pod_manifest,
     pod_name,
+    pool_pod_name,
     spec_digest,
 )
 from .stream import ExecOpenError, KubeExecStream, open_exec
@@ -112,10 +124,13 @@ class _Box(BoxRecord):
 
     pod_uid: str | None = None
     pod_ip: str | None = None
+    # The pod's name when it is not the key's (a claimed warm pool pod keeps its own).
+    pod: str | None = None
 
 
 class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
     name = "kubernetes"
+    supports_pool = True  # with storage hostPath (KubernetesOptions says so)
     handshake_timeout_s = HANDSHAKE_TIMEOUT_S
     sandbox_class = KubernetesSandbox
 
@@ -182,8 +197,11 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
     def _new_sandbox(self, box: _Box) -> KubernetesSandbox:
         sandbox = super()._new_sandbox(box)
         assert isinstance(sandbox, KubernetesSandbox)
-        sandbox.pod_name = pod_name(self.options, box.key)
+        sandbox.pod_name = self._pod_name(box)
         return sandbox
+
+    def _pod_name(self, box: _Box) -> str:
+        return box.pod or pod_name(self.options, box.key)
 
     def _hidden_paths(self) -> tuple[str, ...]:
         hidden = list(self.options.hide_paths)
@@ -200,8 +218,8 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
 
     def _stop_box(self, box: _Box, remove: bool) -> None:
         """Pods cannot be stopped: release deletes the pod too; the thread data stays."""
-        self._delete_pod(pod_name(self.options, box.key))
-        box.pod_uid = box.pod_ip = None
+        self._delete_pod(self._pod_name(box))
+        box.pod_uid = box.pod_ip = box.pod = None
 
     def _list_boxes(self) -> Sequence[Any]:
         try:
@@ -224,6 +242,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
 
     def _after_shutdown(self, pods: Sequence[Any]) -> None:
         self._wait_gone({pod.metadata.name for pod in pods})
+        shutil.rmtree(self._pool_root(), ignore_errors=True)  # unclaimed pool pods' storage
 
     def _count_running(self) -> int:
         try:
@@ -236,10 +255,111 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             raise api_error(exc, "counting pods") from None
         return len([p for p in pods.items if p.metadata.deletion_timestamp is None])
 
+    # -- warm pool ----------------------------------------------------------------------
+
+    def _pool_root(self) -> Path:
+        return pool_root(self.settings, self.owner)
+
+    def _pool_layout(self, slot: str) -> ThreadLayout:
+        return pool_layout(self.settings, self.owner, slot)
+
+    def _pool_spec(self, slot: str) -> str:
+        return spec_digest(pod_manifest(self.options, self._pool_layout(slot), slot))
+
+    def _pool_slots(self) -> list[str]:
+        unclaimed = f"{owner_selector(self.options)},{LABEL_POOL},!{LABEL_SANDBOX_ID}"
+        slots = []
+        for pod in self._pods(unclaimed):
+            slot = (pod.metadata.labels or {}).get(LABEL_POOL, "")
+            if not _running(pod):
+                continue
+            if (pod.metadata.annotations or {}).get(ANNOTATION_SPEC) == self._pool_spec(slot):
+                slots.append(slot)
+            else:
+                log.info("removing pool pod %s: created with other settings", pod.metadata.name)
+                self._pool_remove(slot)
+        return slots
+
+    def _pool_start(self, slot: str, record: _Box) -> None:
+        layout = self._pool_layout(slot)
+        prepare_host_dirs(layout, (self.options.uid, self.options.gid))
+        manifest = pod_manifest(self.options, layout, slot)
+        mask = layout.host_mapping().mask
+        pod, _ = self._create(manifest, mask)
+        if pod is None:
+            raise SandboxError(ErrorCode.UNAVAILABLE, f"pool pod {slot} could not be created")
+        self._adopt(record, self._wait_running(pod, mask))
+
+    def _pool_attach(self, slot: str, record: _Box) -> bool:
+        pod = self._read_pod_named(pool_pod_name(self.options, slot))
+        labels = (pod.metadata.labels or {}) if pod is not None else {}
+        if pod is None or not _running(pod) or LABEL_SANDBOX_ID in labels:
+            return False
+        self._adopt(record, pod)
+        return True
+
+    def _pool_claim(self, slot: str, record: _Box, key: SandboxKey) -> Claim:
+        """Rename the pod's storage to the key's thread dir on the node (atomic: one
+        replica wins a pod, one pod wins a key), then label the pod with the key (with its
+        resourceVersion as a precondition: a pod that changed meanwhile is looked at again)."""
+        from kubernetes.client.exceptions import ApiException
+
+        moved = claim_storage(self.settings, self.owner, slot, self._layout(key))
+        if moved is not Claim.CLAIMED:
+            return moved
+        name = pool_pod_name(self.options, slot)
+        for _attempt in range(5):
+            pod = self._read_pod_named(name)
+            if pod is None or not _running(pod):
+                return Claim.GONE  # its (empty) storage stays the key's
+            if LABEL_SANDBOX_ID in (pod.metadata.labels or {}):
+                return Claim.GONE
+            body = {
+                "metadata": {
+                    "resourceVersion": pod.metadata.resource_version,
+                    "labels": key_labels(key),
+                    "annotations": {ANNOTATION_USER: key.user_id, ANNOTATION_THREAD: key.thread_id},
+                }
+            }
+            try:
+                self.core.patch_namespaced_pod(
+                    name, self.options.namespace, body, _request_timeout=self._timeout
+                )
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue  # it changed meanwhile: look again
+                if exc.status == 404:
+                    return Claim.GONE
+                raise api_error(exc, f"claiming pool pod {name}") from None
+            record.pod = name
+            return Claim.CLAIMED
+        return Claim.GONE
+
+    def _pool_remove(self, slot: str) -> None:
+        self._delete_pod(pool_pod_name(self.options, slot))
+        shutil.rmtree(self._pool_root() / slot, ignore_errors=True)
+
     # -- pods ---------------------------------------------------------------------------
 
     def _read_pod(self, key: SandboxKey) -> Any | None:
-        return self._read_pod_named(pod_name(self.options, key))
+        """The key's pod: by its name, or (with a warm pool) a claimed pool pod by label."""
+        pod = self._read_pod_named(pod_name(self.options, key))
+        if pod is not None or not self.options.warm_pool.size:
+            return pod
+        selector = f"{owner_selector(self.options)},{LABEL_SANDBOX_ID}={key.sandbox_id}"
+        found = [p for p in self._pods(selector) if LABEL_POOL in (p.metadata.labels or {})]
+        return found[0] if found else None
+
+    def _pods(self, selector: str) -> list[Any]:
+        try:
+            pods = self.core.list_namespaced_pod(
+                self.options.namespace, label_selector=selector, _request_timeout=self._timeout
+            )
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise api_error(exc, "listing pods") from None
+        return list(pods.items)
 
     def _read_pod_named(self, name: str) -> Any | None:
         from kubernetes.client.exceptions import ApiException
@@ -282,10 +402,12 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         meta = pod.metadata
         labels = meta.labels or {}
         annotations = meta.annotations or {}
+        slot = labels.get(LABEL_POOL)
+        expected = spec_digest(self._manifest(key)) if slot is None else self._pool_spec(slot)
         return bool(
             labels.get(LABEL_OWNER) == self.options.owner
             and labels.get(LABEL_SANDBOX_ID) == key.sandbox_id
-            and annotations.get(ANNOTATION_SPEC) == spec_digest(self._manifest(key))
+            and annotations.get(ANNOTATION_SPEC) == expected
         )
 
     def _manifest(self, key: SandboxKey) -> dict[str, Any]:
@@ -298,6 +420,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             box.http.replace(None)
         box.pod_uid = pod.metadata.uid
         box.pod_ip = pod.status.pod_ip
+        box.pod = pod.metadata.name
         box.dead = False
 
     def _ensure_running(self, box: _Box) -> None:
@@ -312,16 +435,17 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         name = manifest["metadata"]["name"]
         created = False
         for _attempt in range(3):
-            pod = self._read_pod_named(name)
+            pod = self._read_pod(key)
             if pod is not None and not self._usable(pod, key):
+                found = pod.metadata.name
                 if pod.metadata.deletion_timestamp is None:
-                    log.info("recreating %s: created with other settings or ended", name)
-                    self._delete_pod(name, pod.metadata.uid)
-                self._wait_gone({name})
+                    log.info("recreating %s: created with other settings or ended", found)
+                    self._delete_pod(found, pod.metadata.uid)
+                self._wait_gone({found})
                 pod = None
             if pod is None:
-                self._check_capacity()
-                pod, created = self._create(manifest, mask)
+                with self._starting():
+                    pod, created = self._create(manifest, mask)
                 if pod is None:
                     continue  # lost a race to a pod that is going away; look again
             break
@@ -568,7 +692,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
 
     def _exec_boot(self, box: _Box, mode: str) -> KubeExecStream:
         """Start BOOT in the pod and install the payload if the pod lacks it."""
-        name = pod_name(self.options, box.key)
+        name = self._pod_name(box)
         if box.pod_uid is None or box.dead:
             raise SandboxError(
                 ErrorCode.UNAVAILABLE, f"sandbox {box.key.sandbox_id} is not running; acquire it"
@@ -627,7 +751,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         if box.stream is not stream or pid is None:
             return None
         argv = [self.options.python, "-I", "-c", _AGENT_RUNS, str(pid)]
-        name = pod_name(self.options, box.key)
+        name = self._pod_name(box)
         try:
             probe = open_exec(
                 self._exec_api(), self.options.namespace, name, CONTAINER, argv, self._timeout

@@ -27,6 +27,8 @@ LABEL_OWNER = "sandkit.owner"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 COMPONENT = "sandkit-sandbox"
 ANNOTATION_SPEC = "sandkit.spec"
+# A warm pool pod: its slot. A claim adds the key's labels to it (pods cannot be renamed).
+LABEL_POOL = "sandkit.pool"
 ANNOTATION_USER = "sandkit.user"
 ANNOTATION_THREAD = "sandkit.thread"
 CONTAINER = "sandbox"
@@ -61,8 +63,23 @@ def thread_sub_path(key: SandboxKey) -> str:
     return f"users/{key.user_id}/threads/{key.thread_id}/user-data"
 
 
-def pod_manifest(options: KubernetesOptions, layout: ThreadLayout) -> dict[str, Any]:
-    """Everything `create_namespaced_pod` needs for `layout.key`."""
+def pool_pod_name(options: KubernetesOptions, slot: str) -> str:
+    return f"{options.owner}-pool-{slot}"
+
+
+def key_labels(key: SandboxKey) -> dict[str, str]:
+    return {
+        LABEL_SANDBOX_ID: key.sandbox_id,
+        LABEL_USER: label_value(key.user_id),
+        LABEL_THREAD: label_value(key.thread_id),
+    }
+
+
+def pod_manifest(
+    options: KubernetesOptions, layout: ThreadLayout, pool_slot: str | None = None
+) -> dict[str, Any]:
+    """Everything `create_namespaced_pod` needs for `layout.key` (or, with `pool_slot`, for
+    a warm pool pod whose storage `layout` describes)."""
     key = layout.key
     volumes: list[dict[str, Any]] = [
         {"name": "sandkit-agent", "emptyDir": {"sizeLimit": "64Mi"}},
@@ -145,24 +162,17 @@ def pod_manifest(options: KubernetesOptions, layout: ThreadLayout) -> dict[str, 
         spec["runtimeClassName"] = options.runtime_class_name
     if options.service_account_name:
         spec["serviceAccountName"] = options.service_account_name
-    labels = {
-        **options.labels,
-        LABEL_SANDBOX_ID: key.sandbox_id,
-        LABEL_USER: label_value(key.user_id),
-        LABEL_THREAD: label_value(key.thread_id),
-        LABEL_OWNER: options.owner,
-        LABEL_COMPONENT: COMPONENT,
-    }
-    annotations = {
-        **options.annotations,
-        ANNOTATION_USER: key.user_id,
-        ANNOTATION_THREAD: key.thread_id,
-    }
+    identity = key_labels(key) if pool_slot is None else {LABEL_POOL: pool_slot}
+    labels = {**options.labels, **identity, LABEL_OWNER: options.owner, LABEL_COMPONENT: COMPONENT}
+    annotations = dict(options.annotations)
+    if pool_slot is None:
+        annotations |= {ANNOTATION_USER: key.user_id, ANNOTATION_THREAD: key.thread_id}
+    name = pod_name(options, key) if pool_slot is None else pool_pod_name(options, pool_slot)
     manifest: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(options, key),
+            "name": name,
             "namespace": options.namespace,
             "labels": labels,
             "annotations": annotations,
@@ -171,11 +181,13 @@ def pod_manifest(options: KubernetesOptions, layout: ThreadLayout) -> dict[str, 
     }
     manifest = deep_merge(manifest, options.pod_template)
     # Identity is not the template's to change.
-    manifest["metadata"]["name"] = pod_name(options, key)
+    manifest["metadata"]["name"] = name
     manifest["metadata"]["namespace"] = options.namespace
-    manifest["metadata"].setdefault("labels", {}).update(
-        {LABEL_SANDBOX_ID: key.sandbox_id, LABEL_OWNER: options.owner}
-    )
+    forced = {LABEL_SANDBOX_ID: key.sandbox_id} if pool_slot is None else {LABEL_POOL: pool_slot}
+    meta_labels = manifest["metadata"].setdefault("labels", {})
+    meta_labels.update({**forced, LABEL_OWNER: options.owner})
+    if pool_slot is not None:
+        meta_labels.pop(LABEL_SANDBOX_ID, None)
     digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
     manifest["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC] = digest
     return manifest
