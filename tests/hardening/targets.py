@@ -310,7 +310,15 @@ def kubernetes_gvisor_target() -> Target:
 
     _, core = require_cluster()
     runtime_class = require_runtime_class(core.api_client)
-    variant = {"runtime_class_name": runtime_class, "owner": f"{OWNER}-gv"}
+    # Guaranteed QoS: gVisor gives its Sentry the app container's oom_score_adj, which for a
+    # burstable pod is up to 999, so over its memory limit the host would kill the Sentry
+    # (the whole pod) instead of the command (docs/security.md).
+    guaranteed = {"cpu": "500m", "memory": "512Mi"}
+    variant = {
+        "runtime_class_name": runtime_class,
+        "owner": f"{OWNER}-gv",
+        "resources": {"requests": guaranteed, "limits": {**guaranteed, "ephemeral-storage": "1Gi"}},
+    }
     return kubernetes_target("kubernetes-gvisor", variant, max_processes=GVISOR_K8S_PROCESSES)
 
 

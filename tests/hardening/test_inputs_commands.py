@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from sandkit import ErrorCode, SandboxError
+
 from .figures import Figures
 from .inputs_support import (
     BOX_LIMITS,
@@ -99,6 +101,24 @@ for name in names:
 print(left)
 """
 BOMB = "bomb() { bomb | bomb & }; bomb"
+
+
+def reacquire(box: Box) -> None:
+    """After the box died: acquire the key again (polled while the platform notices the
+    death) until a new agent answers with the module's files; the box then counts as
+    the new agent's."""
+    deadline = time.monotonic() + GONE_S
+    while True:
+        try:
+            box.sandbox = box.provider.acquire(box.key)
+            found = box.sandbox.read_file("probe.py")
+            assert "os.fork()" in found.content
+            box.agent_pid = box.run("echo $PPID", timeout=30).stdout.strip()
+            return
+        except SandboxError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def call_bound(timeout: float) -> float:
@@ -251,7 +271,19 @@ def test_hostile_commands(box: Box, cases: Cases) -> None:
     cases.run("background writer on stdout", SLACK_S, writer)
 
     def hog() -> Any:
-        result = box.run("python3 hog.py", timeout=120)
+        try:
+            result = box.run("python3 hog.py", timeout=120)
+        except SandboxError as exc:
+            # gVisor has no OOM handling of its own: over the limit the host kills one of
+            # the sandbox's processes, the command's (as runc: exit 137) or, when it holds
+            # more memory at that moment, the Sentry, and the box ends whole. That outcome
+            # is the documented one for a dead box (docs/security.md): UNAVAILABLE, then
+            # the next acquire brings the box back with its files.
+            if box.kind not in GVISOR_KINDS or exc.code is not ErrorCode.UNAVAILABLE:
+                raise
+            reacquire(box)
+            print(f"\n[{box.kind}] memory hog: the box ended whole; acquired again")
+            return None
         if "survived" in result.stdout:
             raise Unbounded("the memory hog touched 4 GiB")
         assert result.exit_code not in (0, None), result
