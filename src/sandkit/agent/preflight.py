@@ -55,7 +55,7 @@ REQUIRED = (
 )
 REQUIRED_HTTP = ("http.server", "socketserver")
 # Used when present, never a reason not to start.
-OPTIONAL = ("ctypes",)
+OPTIONAL = ("ctypes", "resource")
 MIN_PYTHON = (3, 9)
 
 

@@ -613,8 +613,10 @@ class _GrepPages:
         glob: str | None,
     ) -> None:
         self.cap = hard_cap if max_count is None else max(int(max_count), 0)
+        # One match past the cap tells whether anything was left out (deepagents marks a
+        # result truncated exactly when more matches existed than it returns, also at 0).
+        self.wanted = self.cap + 1
         self.page_size = page_size
-        self.capped_by_caller = max_count is not None
         self.matches: list[GrepMatch] = []
         self.seen = 0  # results of sandkit's search consumed (the next page's offset)
         self.more = True
@@ -630,7 +632,7 @@ class _GrepPages:
             self.glob = pattern
 
     def wants_more(self) -> bool:
-        return self.more and len(self.matches) < self.cap
+        return self.more and len(self.matches) < self.wanted
 
     def request(self) -> dict[str, Any]:
         return {
@@ -638,7 +640,7 @@ class _GrepPages:
             "glob": self.glob,
             "literal": True,
             "case_sensitive": True,
-            "max_results": min(self.cap - len(self.matches), self.page_size),
+            "max_results": min(self.wanted - len(self.matches), self.page_size),
             "offset": self.seen,
         }
 
@@ -660,10 +662,7 @@ class _GrepPages:
         self.more = page.truncated and bool(page.matches)
 
     def result(self) -> GrepResult:
-        truncated = self.more and len(self.matches) >= self.cap
-        if self.cap == 0 and self.capped_by_caller:
-            truncated = False  # nothing was asked for; nothing is known to be missing
-        return GrepResult(matches=self.matches[: self.cap], truncated=truncated)
+        return GrepResult(matches=self.matches[: self.cap], truncated=len(self.matches) > self.cap)
 
 
 class _GlobQuery:
