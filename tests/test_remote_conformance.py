@@ -23,7 +23,10 @@ from sandkit.remote import RemoteSandbox
 from sandkit.runtime.context import Context
 from sandkit.runtime.limits import Limits
 from sandkit.testing.conformance import OperationConformance
+from sandkit.testing.conformance.executing import ExecuteTests, RedactionTests
+from sandkit.testing.conformance.grepping import GrepTests
 from sandkit.testing.conformance.lifecycle import LifecycleTests
+from sandkit.testing.conformance.processes import ProcessTests, StreamTests
 from sandkit.testing.conformance.suite import SeedUpload
 from sandkit.transports.http import HttpTransport
 from sandkit.transports.local_process import agent_opener
@@ -65,7 +68,7 @@ def settings_for(data_root: Path) -> Settings:
     return Settings(data_root=data_root, execute_enabled=True, secrets=[SECRET], limits=LIMITS)
 
 
-class _Shared(OperationConformance):
+class _SharedFixtures:
     """Fixtures for one long-lived agent on a fixed key (each test has its own dir)."""
 
     @pytest.fixture
@@ -91,6 +94,10 @@ class _Shared(OperationConformance):
     @pytest.fixture
     def seed_upload(self, data_root: Path, key: SandboxKey) -> SeedUpload:
         return host_seed(data_root, key)
+
+
+class _Shared(_SharedFixtures, OperationConformance):
+    """The whole suite on the shared agent."""
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +136,21 @@ class TestStdioAgentConformance(_Shared):
     @pytest.fixture
     def sandbox(self, stdio_transport: StdioTransport) -> RemoteSandbox:
         # Not closed per test: closing would close the shared channel.
+        return RemoteSandbox(stdio_transport, SHARED_KEY.sandbox_id, limits=LIMITS.to_limits())
+
+
+class TestSleepingStdioAgentConformance(
+    _SharedFixtures, GrepTests, ExecuteTests, RedactionTests, StreamTests, ProcessTests
+):
+    """The areas where an agent holds state (limits, secrets, ripgrep, its supervisor's
+    processes) through a stdio agent put to sleep before every test: each
+    test's first call wakes a fresh agent from the dormant one (agent/dormant.py), so
+    waking must give the same results and errors as never sleeping."""
+
+    @pytest.fixture
+    def sandbox(self, stdio_transport: StdioTransport) -> RemoteSandbox:
+        assert stdio_transport.call("ping", {}, 30) == {"pong": True}  # a live channel
+        assert stdio_transport.sleep(), "an idle agent goes to sleep"
         return RemoteSandbox(stdio_transport, SHARED_KEY.sandbox_id, limits=LIMITS.to_limits())
 
 

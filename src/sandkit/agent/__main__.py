@@ -27,6 +27,11 @@ PR_SET_DUMPABLE = 4  # linux/prctl.h
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["--dormant"]:
+        # A sleeping agent (agent/dormant.py): nothing else may load before it waits.
+        from .dormant import wait_then_wake
+
+        return wait_then_wake(args[1:])
     from .preflight import error_frame, missing_module, problem
 
     trouble = problem(http="--http" in args)
@@ -115,7 +120,9 @@ def _run(args: list[str]) -> int:
 
 def _this_agent() -> list[str]:
     """The argv that runs this agent program again (for its process supervisor)."""
-    return [sys.executable, "-I", "-S", os.path.abspath(sys.argv[0])]
+    from .dormant import agent_argv
+
+    return agent_argv()
 
 
 def _serve_http(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:

@@ -33,7 +33,6 @@ REQUIRED = (
     "json",
     "os",
     "pkgutil",
-    "platform",
     "posixpath",
     "re",
     "secrets",

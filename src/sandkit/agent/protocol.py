@@ -34,7 +34,13 @@ UNAUTHORIZED = -32001
 NOT_INITIALIZED = -32002
 
 # Methods the agent answers itself (inline, never queued behind operations).
-CONTROL_METHODS = frozenset({"initialize", "ping", "info"})
+CONTROL_METHODS = frozenset({"initialize", "ping", "info", "sleep"})
+# `sleep` (stdio): the client saw the box idle and sends nothing else until the answer.
+# An idle agent answers {"sleeping": true} and replaces itself with a small waiting
+# process (agent/dormant.py) that starts a fresh agent when the next frame comes, so the
+# client's next frame must be `initialize` again. Otherwise (work running, HTTP):
+# {"sleeping": false}. See docs/agent.md#sleep.
+SLEEP = "sleep"
 
 # Operations that send events while they run: each is a notification
 # {"method": EVENT, "params": {"id": <the request's id>, ...}} on the same channel
@@ -299,6 +305,11 @@ class FrameReader:
         self._buf = bytearray()
         self._scan = 0  # bytes of _buf known to hold no newline
         self._skipping = False
+
+    @property
+    def pending(self) -> int:
+        """Bytes read past the last frame returned (part of a frame not complete yet)."""
+        return len(self._buf)
 
     def next(self) -> Union[bytes, Oversized, None]:
         while True:

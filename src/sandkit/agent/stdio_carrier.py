@@ -4,7 +4,8 @@ One connection per process. Control methods (initialize, ping, info) are
 answered by the reading thread itself, in order; operations run on a
 bounded pool and answer as they finish (responses may come out of order;
 the ids say which is which). Commands run by `execute` get their own pool,
-so long commands cannot starve file operations.
+so long commands cannot starve file operations. An idle agent may be put to
+sleep by its client (`sleep`, see agent/dormant.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import Any, BinaryIO, Dict, List, Optional
 
 from . import protocol as p
 from .server import AgentCore, BadRequest, Request, log
+
+# How long `sleep` waits for answered requests to be counted done.
+SETTLE_S = 0.5
 
 
 def detach_stdio() -> "tuple[BinaryIO, BinaryIO]":
@@ -44,12 +48,15 @@ class StdioServer:
         self._out = stream_out
         self._write_lock = threading.Lock()
         self._broken = False
+        self._busy = 0  # requests accepted and not answered yet
+        self._busy_lock = threading.Condition()
+        self._reader: Optional[p.FrameReader] = None
         self._ops = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="op")
         self._exec = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="exec")
 
     def serve(self) -> None:
         """Serve until stdin ends; operations already running are finished."""
-        reader = p.FrameReader(self._read, self.core.max_frame_bytes)
+        reader = self._reader = p.FrameReader(self._read, self.core.max_frame_bytes)
         try:
             while True:
                 reader.max_frame = self.core.max_frame_bytes
@@ -84,6 +91,11 @@ class StdioServer:
         if request.notify and request.method == p.CANCEL:
             self.core.cancel(request)
             return
+        if request.method == p.SLEEP and not request.notify:
+            self._sleep(request)
+            return
+        with self._busy_lock:
+            self._busy += 1
         if self.core.is_control(request):
             self._run(request)
             return
@@ -100,6 +112,8 @@ class StdioServer:
                 self._send(self.core.encode(request, response))
         except BaseException as exc:
             self._send(self.core.encode(request, self.core.internal_error(request, exc)))
+        finally:
+            self._done()
 
     def _run(self, request: Request) -> None:
         try:
@@ -108,6 +122,35 @@ class StdioServer:
                 self._send(self.core.encode(request, response))
         except BaseException as exc:
             self._send(self.core.encode(request, self.core.internal_error(request, exc)))
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        with self._busy_lock:
+            self._busy -= 1
+            self._busy_lock.notify_all()
+
+    def _sleep(self, request: Request) -> None:
+        """Answer `sleep` and, when nothing is running or half-read, become dormant: this
+        process execs the small waiting program (agent/dormant.py) on the protocol pipes,
+        which execs a fresh agent at the next frame. The memory of this one goes back to
+        the host; a process started by `execute` is never running here then (a command
+        in flight is a busy request), background ones live in the supervisor."""
+        reader = self._reader
+        with self._busy_lock:
+            # A worker counts its request done just after writing the answer, which the
+            # client may have read already: give those a moment.
+            self._busy_lock.wait_for(lambda: self._busy == 0, SETTLE_S)
+            idle = self._busy == 0 and reader is not None and reader.pending == 0
+        if not idle or self._broken or self.core.context is None:
+            self._send(p.dumps(p.result_response(request.id, {"sleeping": False})))
+            return
+        self._send(p.dumps(p.result_response(request.id, {"sleeping": True})))
+        if self._broken:
+            return  # the client is gone: the read loop ends at EOF
+        from .dormant import become_dormant
+
+        become_dormant(self._in.fileno(), self._out.fileno())  # does not return
 
     def _send(self, data: bytes) -> None:
         with contextlib.suppress(OSError):

@@ -53,6 +53,13 @@ class BoxOptions(BaseModel):
         description="Period of the background thread that releases boxes idle for "
         "settings.idle_timeout_s; 0 disables it.",
     )
+    agent_sleep_s: float = Field(
+        60.0,
+        ge=0,
+        description="carrier stdio: an agent idle this long is put to sleep by the "
+        "background thread (its memory goes back to the host; the next call wakes a fresh "
+        "one, docs/agent.md#sleep); 0 keeps agents awake.",
+    )
     max_running: int = Field(
         0, ge=0, description="Refuse (CAPACITY) to run more boxes of this owner; 0 = no cap."
     )

@@ -234,7 +234,22 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
 
     def _background_round(self, idle_timeout_s: float) -> list[SandboxKey]:
         """One round of the background thread; a provider may add its upkeep."""
-        return self.reap_idle(idle_timeout_s)
+        reaped = self.reap_idle(idle_timeout_s)
+        self.sleep_idle_agents(self.options.agent_sleep_s)
+        return reaped
+
+    def sleep_idle_agents(self, idle_s: float) -> int:
+        """Put the agents of boxes idle for `idle_s` to sleep (0: none); how many went.
+        Pool boxes stay awake: a claim is meant to answer at once."""
+        if not idle_s:
+            return 0
+        cutoff = time.monotonic() - idle_s
+        slept = 0
+        for box in self._boxes.current():
+            sandbox = box.sandbox
+            if sandbox is not None and sandbox.idle_since(cutoff) and sandbox.sleep():
+                slept += 1
+        return slept
 
     # -- SandboxProvider -------------------------------------------------------------------
 

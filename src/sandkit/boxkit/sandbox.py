@@ -85,6 +85,13 @@ class BoxSandbox(RemoteSandbox):
             raise
         return _Tracked(stream, self._leave)
 
+    def sleep(self) -> bool:
+        """Let an idle agent give its memory back until the next call (carrier stdio:
+        agent/dormant.py); False when it stays awake (a call running, HTTP)."""
+        if self.closed or self.busy:
+            return False
+        return self.transport.sleep()
+
     def idle_since(self, cutoff: float) -> bool:
         """Open, no call running, and last used before `cutoff` (a monotonic time)."""
         return not self.closed and not self.busy and self.last_used < cutoff

@@ -34,6 +34,11 @@ class Transport(abc.ABC):
         """Start a streaming request (its events arrive on the same channel)."""
         raise unavailable("this transport cannot carry streamed operations")
 
+    def sleep(self) -> bool:
+        """Let an idle agent give its memory back until the next call (stdio only, see
+        agent/dormant.py); True if it sleeps now."""
+        return False
+
 
 class StreamCall(abc.ABC):
     """A running streaming request: its items are `{"event": {...}}`, then one

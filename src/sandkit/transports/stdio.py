@@ -26,7 +26,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..agent import PROTOCOL_VERSION
@@ -37,6 +37,8 @@ from .base import StreamCall, Transport, TransportClosed, retryable, timed_out, 
 from .streams import ByteStream, StreamOpener
 
 INLINE_WRITE_BYTES = 64 * 1024
+# The agent answers `sleep` on its reading thread, at once; this only bounds a wedged one.
+SLEEP_ANSWER_S = 10.0
 
 
 class _Dropped(Exception):
@@ -116,6 +118,27 @@ class _StreamWaiter(_Waiter):
         self.items.put(("dropped", reason))
 
 
+class _WakeWaiter(_Waiter):
+    """The answer to the `initialize` that wakes a sleeping agent: a fresh agent that
+    cannot take it closes the channel (its requests then fail or go to a new agent)."""
+
+    def __init__(self, channel: _Channel) -> None:
+        self._channel = channel
+
+    def resolve(self, message: dict[str, Any]) -> None:
+        result = message.get("result")
+        if "error" in message:
+            reason = p.error_from_wire(message["error"]).message
+        elif not isinstance(result, dict) or result.get("protocol_version") != PROTOCOL_VERSION:
+            reason = "protocol mismatch"
+        else:
+            return
+        self._channel.kill(f"the agent did not wake up: {reason}")
+
+    def drop(self, reason: str) -> None:
+        pass
+
+
 class _StdioStream(StreamCall):
     def __init__(
         self,
@@ -171,12 +194,22 @@ class _StdioStream(StreamCall):
 class _Channel:
     """One open stream, its reader thread and its in-flight requests."""
 
-    def __init__(self, stream: ByteStream, max_frame: int, name: str) -> None:
+    def __init__(
+        self,
+        stream: ByteStream,
+        max_frame: int,
+        name: str,
+        wake: Callable[[_Channel], bytes] | None = None,
+    ) -> None:
         self.stream = stream
         self.max_frame = max_frame
         self.alive = True
         self.reason = ""
         self.probing = False
+        # The agent sleeps (answered `sleep`): the next frame written must be `initialize`
+        # for the fresh agent that frame wakes; `wake` makes that frame.
+        self.asleep = False
+        self._wake = wake
         self.write_lock = threading.Lock()
         self._lock = threading.Lock()
         self._pending: dict[int, _Waiter] = {}
@@ -206,6 +239,9 @@ class _Channel:
         if not self.alive:
             raise _Dropped(self.reason)
         try:
+            if self.asleep and self._wake is not None:
+                self.asleep = False
+                self.stream.write(self._wake(self))
             self.stream.write(data)
         except (OSError, EOFError, ValueError) as exc:
             self.kill("writing to the agent failed: %s" % (exc or type(exc).__name__))
@@ -349,7 +385,7 @@ class StdioTransport(Transport):
             raise unavailable(f"could not start the agent: {exc.message}") from None
         except Exception as exc:
             raise unavailable(f"could not start the agent: {exc}") from None
-        channel = _Channel(stream, self._receive_limit, self.name)
+        channel = _Channel(stream, self._receive_limit, self.name, self._wake_frame)
         channel.start()
         try:
             info = self._exchange(channel, "initialize", self._config, self.open_timeout)
@@ -370,6 +406,38 @@ class StdioTransport(Transport):
 
     def _frame(self, request_id: int, method: str, params: Mapping[str, Any]) -> bytes:
         return p.frame(p.request(request_id, method, params))
+
+    def _wake_frame(self, channel: _Channel) -> bytes:
+        request_id = next(self._ids)
+        channel.register(request_id, _WakeWaiter(channel))
+        return self._frame(request_id, "initialize", self._config)
+
+    def sleep(self, timeout: float = SLEEP_ANSWER_S) -> bool:
+        """Ask an idle agent to sleep (agent/dormant.py); True if it does. Nothing else is
+        written on the channel until the answer: after `sleeping: true`, the next frame
+        is the `initialize` that the woken agent needs (see `_Channel.send_locked`)."""
+        channel = self._live_channel()
+        if channel is None or channel.asleep:
+            return False
+        with channel.write_lock:
+            if not channel.alive or channel.asleep:
+                return False
+            request_id = next(self._ids)
+            waiter = _SyncWaiter()
+            if not channel.register(request_id, waiter):
+                return False
+            try:
+                channel.send_locked(self._frame(request_id, p.SLEEP, {}))
+            except _Dropped:
+                return False
+            if not waiter.wait(timeout):
+                channel.unregister(request_id)
+                # Whether it sleeps is unknown, so the channel cannot be trusted.
+                channel.kill("the agent did not answer sleep")
+                return False
+            result = (waiter.message or {}).get("result")
+            channel.asleep = isinstance(result, dict) and result.get("sleeping") is True
+            return channel.asleep
 
     def _exchange(
         self, channel: _Channel, method: str, params: Mapping[str, Any], timeout: float

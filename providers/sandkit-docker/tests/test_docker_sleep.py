@@ -1,0 +1,103 @@
+"""Sleeping agents in real containers: an idle box's agent gives its memory back and the
+next call wakes a fresh one in the same process, with the same data and processes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sandkit_docker.provider import DockerProvider
+
+from sandkit import SandboxKey
+
+pytestmark = pytest.mark.docker
+
+Factory = Callable[..., DockerProvider]
+# Only a failure waits this out: the background thread sleeps the agent within a round.
+DEADLINE_S = 120.0
+
+
+def agent_process(client: Any, provider: DockerProvider, key: SandboxKey) -> tuple[int, str]:
+    """(host pid, command line) of the box's agent process."""
+    attrs = provider._inspect(key)
+    assert attrs is not None
+    top = client.api.top(attrs["Id"], ps_args="-o pid,args")
+    found = [row for row in top["Processes"] if "agent.pyz" in row[1] and "--procd" not in row[1]]
+    assert len(found) == 1, found
+    return int(found[0][0]), found[0][1]
+
+
+def private_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        for line in rollup:
+            if line.startswith("Anonymous:"):
+                return int(line.split()[1])
+    raise AssertionError("no Anonymous line")
+
+
+def test_an_idle_agent_sleeps_and_the_next_call_wakes_it(
+    make_provider: Factory, docker_client: Any
+) -> None:
+    provider = make_provider(execute_enabled=True)
+    key = SandboxKey("sleep", "wake")
+    box = provider.acquire(key)
+    box.write_file("kept.txt", "kept")
+    assert box.grep("kept", output_mode="files_with_matches").files == [
+        "/mnt/user-data/workspace/kept.txt"
+    ]
+    job = box.spawn("sleep 300")
+    pid, command = agent_process(docker_client, provider, key)
+    awake = private_kib(pid)
+    assert "--dormant" not in command
+
+    assert provider.sleep_idle_agents(1e-6) == 1
+    same_pid, command = agent_process(docker_client, provider, key)
+    assert same_pid == pid and "--dormant" in command
+    asleep = private_kib(pid)
+    assert asleep < awake / 2, (asleep, awake)
+
+    assert box.read_file("kept.txt").content == "kept"  # wakes it
+    assert agent_process(docker_client, provider, key) == (pid, command.replace(" --dormant", ""))
+    assert box.grep("kept", output_mode="files_with_matches").files == [
+        "/mnt/user-data/workspace/kept.txt"
+    ]
+    assert [p.handle for p in box.list_processes().processes if p.running] == [job.handle]
+    assert provider.sleep_idle_agents(1e-6) == 1, "it can sleep again"
+    assert box.execute("echo again").stdout == "again\n"
+
+
+def test_a_busy_box_keeps_its_agent_awake(make_provider: Factory, docker_client: Any) -> None:
+    provider = make_provider(execute_enabled=True)
+    key = SandboxKey("sleep", "busy")
+    box = provider.acquire(key)
+    started = threading.Event()
+
+    def long_call() -> None:
+        started.set()
+        box.execute("sleep 3")
+
+    worker = threading.Thread(target=long_call)
+    worker.start()
+    started.wait()
+    while not box.busy:
+        time.sleep(0.01)
+    assert provider.sleep_idle_agents(1e-6) == 0
+    worker.join()
+    assert "--dormant" not in agent_process(docker_client, provider, key)[1]
+
+
+def test_the_background_thread_puts_idle_agents_to_sleep(
+    make_provider: Factory, docker_client: Any
+) -> None:
+    provider = make_provider(reap_interval_s=0.2, agent_sleep_s=0.5)
+    key = SandboxKey("sleep", "background")
+    box = provider.acquire(key)
+    box.write_file("a.txt", "a")
+    deadline = time.monotonic() + DEADLINE_S
+    while "--dormant" not in agent_process(docker_client, provider, key)[1]:
+        assert time.monotonic() < deadline, "the agent never went to sleep"
+        time.sleep(0.1)
+    assert box.read_file("a.txt").content == "a"
