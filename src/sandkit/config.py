@@ -245,6 +245,34 @@ class MountSpec(BaseModel):
         return normal
 
 
+class GatewaySettings(BaseModel):
+    """`gateway`: the preview gateway (`sandkit gateway`, `sandkit.gateway`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    secrets: list[SecretStr] = Field(
+        default_factory=list,
+        description="HMAC secrets of preview tokens (>= 16 bytes each): the first signs, "
+        "all verify (rotate by putting the new one first).",
+    )
+    token_ttl_s: float = Field(3600.0, gt=0, le=7 * 86_400, description="Token lifetime.")
+    public_url: str = Field(
+        "http://127.0.0.1:8080", description="Where users reach the gateway (path mode)."
+    )
+    base_domain: str | None = Field(
+        None,
+        description="Host mode: boxes at <port>-<sandbox id>.<base_domain> (wildcard DNS).",
+    )
+
+    @field_validator("secrets")
+    @classmethod
+    def _long_enough(cls, secrets: list[SecretStr]) -> list[SecretStr]:
+        for secret in secrets:
+            if len(secret.get_secret_value().encode()) < 16:
+                raise ValueError("each gateway secret needs at least 16 bytes")
+        return secrets
+
+
 class Settings(BaseSettings):
     """Everything an operator configures; providers read their own section."""
 
@@ -272,6 +300,7 @@ class Settings(BaseSettings):
     providers: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per-provider options, e.g. providers.docker.image."
     )
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
 
     @field_validator("mounts")
     @classmethod

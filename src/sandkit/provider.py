@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from .errors import ErrorCode, SandboxError
+from .network import EgressPolicy, Endpoint
 from .runtime.limits import Limits
 from .sandbox import Sandbox
 
@@ -107,6 +108,43 @@ class SandboxProvider(abc.ABC):
     def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
         """Release sandboxes unused for longer than `max_idle_s`; returns their keys."""
         return []
+
+    # -- network (docs/security.md#network) ---------------------------------------------
+    # Provider calls, not sandbox operations: what a box may reach and what may reach it
+    # is decided and enforced outside the box, by the platform the provider drives.
+
+    def egress(self, key: SandboxKey) -> EgressPolicy:
+        """The egress policy the key's box runs under (`none`: no network)."""
+        return EgressPolicy()
+
+    def set_egress(
+        self, key: SandboxKey, policy: EgressPolicy | str | dict[str, Any]
+    ) -> EgressPolicy:
+        """Change where the key's box may connect to, also while it runs (new connections
+        follow at once; open ones the new policy denies are closed). ACCESS_DENIED beyond
+        the operator's ceiling; INVALID_ARGUMENT where the provider cannot enforce one."""
+        raise SandboxError(
+            ErrorCode.INVALID_ARGUMENT, f"the {self.name} provider cannot enforce an egress policy"
+        )
+
+    def expose(self, key: SandboxKey, port: int) -> Endpoint:
+        """Make `port` of the key's running box reachable from the provider's side; the
+        preview gateway (`sandkit.gateway`) turns it into a URL for the platform's users."""
+        raise SandboxError(
+            ErrorCode.INVALID_ARGUMENT, f"the {self.name} provider cannot expose ports"
+        )
+
+    def unexpose(self, key: SandboxKey, port: int) -> None:  # noqa: B027 - nothing exposed
+        """Close an exposed port again (not exposed: nothing to do)."""
+
+    def exposed(self, key: SandboxKey) -> list[Endpoint]:
+        """The key's exposed ports, lowest first."""
+        return []
+
+    def endpoint(self, key: SandboxKey, port: int) -> Endpoint | None:
+        """The endpoint of an exposed port of a running box, else None (the gateway's look-up:
+        cheap, no platform call)."""
+        return None
 
     def __enter__(self) -> SandboxProvider:
         return self

@@ -2,6 +2,7 @@
 
     python3 agent.pyz --stdio
     python3 agent.pyz --http HOST:PORT --config PATH [--token-file PATH] [--keep-files]
+    python3 agent.pyz --net proxy|relay-out|relay-in|ctl|policy ...   (sandkit/net/cli.py)
 
 Exit codes: 0 done, 2 bad usage, 3 the interpreter lacks a needed
 standard-library module (or is older than 3.9), 4 bad config or no token.
@@ -32,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         from .dormant import wait_then_wake
 
         return wait_then_wake(args[1:])
+    if args[:1] == ["--net"]:
+        # The network programs (egress proxy, in-box relays): sandkit/net/cli.py.
+        from ..net.cli import main as net_main
+
+        return net_main(args[1:])
     from .preflight import error_frame, missing_module, problem
 
     trouble = problem(http="--http" in args)

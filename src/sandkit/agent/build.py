@@ -1,4 +1,4 @@
-"""Builds the agent zipapp: sandkit/runtime + sandkit/agent, runnable by any python3 >= 3.9.
+"""Builds the agent zipapp: sandkit/runtime + agent + net, runnable by any python3 >= 3.9.
 
 Byte-for-byte reproducible: entries sorted, fixed timestamps and
 permissions, no compression (zlib builds differ in their output; the file is
@@ -51,7 +51,7 @@ def zipapp_members() -> List[Tuple[str, bytes]]:
         "__main__.py": MAIN,
         "sandkit/__init__.py": STUB_INIT,
     }
-    for sub in ("runtime", "agent"):
+    for sub in ("runtime", "agent", "net"):
         for path in sorted((root / sub).glob("*.py")):
             if path.name in EXCLUDED:
                 continue

@@ -89,13 +89,15 @@ def agent_config(
     secrets: Iterable[str] = (),
     scrubbed_env: Iterable[str] = (),
     rg_path: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Any]:
     """The `initialize` params (stdio) or `--config` file content (HTTP).
 
     `mapping` is the mapping as seen *inside* the box (identity roots for a
-    container); `rg_path` is a ripgrep path inside the box, or None.
+    container); `rg_path` is a ripgrep path inside the box, or None; `env`:
+    variables every command gets (e.g. the egress proxy's), before the caller's.
     """
-    return {
+    config = {
         "mapping": mapping.to_dict(),
         "limits": (limits or Limits()).to_dict(),
         "execute_enabled": bool(execute_enabled),
@@ -103,6 +105,9 @@ def agent_config(
         "scrubbed_env": [str(n) for n in scrubbed_env],
         "rg_path": rg_path,
     }
+    if env:
+        config["env"] = {str(k): str(v) for k, v in env.items()}
+    return config
 
 
 def context_from_config(config: Any) -> Context:
@@ -116,6 +121,7 @@ def context_from_config(config: Any) -> Context:
         "secrets",
         "scrubbed_env",
         "rg_path",
+        "env",
     }
     if unknown:
         raise _invalid("config has unknown field(s): %s" % ", ".join(sorted(unknown)))
@@ -141,6 +147,12 @@ def context_from_config(config: Any) -> Context:
     rg_path = config.get("rg_path")
     if rg_path is not None and not isinstance(rg_path, str):
         raise _invalid("config.rg_path must be a string or null")
+    env = config.get("env", {})
+    if not isinstance(env, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and k and "=" not in k and "\0" not in k + v
+        for k, v in env.items()
+    ):
+        raise _invalid("config.env must map variable names to strings")
     return Context(
         mapping=mapping,
         limits=limits,
@@ -148,6 +160,7 @@ def context_from_config(config: Any) -> Context:
         execute_enabled=execute_enabled,
         secrets=_strings(config.get("secrets", []), "config.secrets"),
         scrubbed_env=_strings(config.get("scrubbed_env", []), "config.scrubbed_env"),
+        env=tuple(sorted(env.items())),
     )
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from ..config import Settings
 from ..errors import ErrorCode, SandboxError
+from ..network import EgressOptions, ExposeOptions
 from .pool import WarmPoolOptions
 
 
@@ -66,6 +67,15 @@ class BoxOptions(BaseModel):
     warm_pool: WarmPoolOptions = Field(
         default_factory=WarmPoolOptions,
         description="Boxes started ahead for new threads (docs/pools.md); off by default.",
+    )
+    egress: EgressOptions = Field(
+        default_factory=EgressOptions,
+        description="Where boxes may connect to: the default policy and the ceiling of "
+        "set_egress (docs/security.md#network); off by default (no network).",
+    )
+    expose: ExposeOptions = Field(
+        default_factory=ExposeOptions,
+        description="Whether expose() may open ports of a box to the platform; off by default.",
     )
 
     @field_validator("owner")

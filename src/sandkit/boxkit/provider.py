@@ -33,17 +33,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ..agent.protocol import agent_config, max_frame_bytes
 from ..config import Settings
 from ..errors import ErrorCode, SandboxError
+from ..network import EgressPolicy, Endpoint
 from ..paths import ThreadLayout
 from ..provider import SandboxKey, SandboxProvider
 from ..transports.base import Transport
 from ..transports.http import HttpTransport
 from ..transports.stdio import StdioTransport
 from ..transports.streams import ByteStream
+from . import netstate
 from .http_agent import AgentSlot, SlotTransport, make_token, wait_ready
 from .layout import box_mapping
 from .options import BoxOptions
@@ -89,6 +92,9 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
     sandbox_class: ClassVar[type[BoxSandbox]] = BoxSandbox
     # Whether the platform can hand a box to a key after it started (warm pools).
     supports_pool: ClassVar[bool] = False
+    # Whether the provider enforces egress policies / can expose ports (docs/security.md).
+    supports_egress: ClassVar[bool] = False
+    supports_expose: ClassVar[bool] = False
 
     def __init__(
         self, settings: Settings | None, options_class: type[O], record_class: type[B]
@@ -104,6 +110,15 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         # pool refill) of this instance cannot pass max_running together.
         self._capacity_lock = threading.RLock()
         self._pool: WarmPool[B] | None = None
+        for wanted, supported, what in (
+            (self.options.egress.enabled, self.supports_egress, "egress: a ceiling above none"),
+            (self.options.expose.enabled, self.supports_expose, "expose.enabled"),
+        ):
+            if wanted and not supported:
+                raise SandboxError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"providers.{self.name}.{what}: the {self.name} provider cannot do this",
+                )
         if self.options.warm_pool.size:
             if not self.supports_pool:
                 raise SandboxError(
@@ -186,6 +201,29 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
     def _pool_remove(self, slot: str) -> None:
         """Remove an unclaimed pool box and its storage (gone already: fine)."""
         raise NotImplementedError
+
+    # network (supports_egress / supports_expose) ---------------------------------------
+
+    def _apply_egress(self, box: B, policy: EgressPolicy) -> None:
+        """Make what enforces the key's egress follow `policy` now, if its box runs (a box's
+        start applies the stored policy itself). Called under the key's lock."""
+
+    def _expose_port(self, box: B, port: int) -> Endpoint:
+        """Open `port` of the key's running box to the provider's side (idempotent)."""
+        raise NotImplementedError
+
+    def _unexpose_port(self, box: B, port: int) -> None:
+        """Close an exposed port of the key's box (not exposed, box gone: nothing to do)."""
+        raise NotImplementedError
+
+    def _exposed_ports(self, box: B) -> list[Endpoint]:
+        """The key's exposed ports."""
+        return []
+
+    def _find_endpoint(self, key: SandboxKey, port: int) -> Endpoint | None:
+        """An exposed port of a running box, from what the provider knows (no platform
+        call: the gateway asks for every connection it opens)."""
+        return None
 
     # what a provider may refine ---------------------------------------------------------
 
@@ -362,6 +400,126 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
     def owner(self) -> str:
         return self.options.owner
 
+    # -- network (docs/security.md#network) ------------------------------------------------
+
+    def egress(self, key: SandboxKey) -> EgressPolicy:
+        if not self.supports_egress:
+            return super().egress(key)
+        options = self.options.egress
+        stored = netstate.read_json(self._egress_file(key))
+        if stored is None:
+            return options.policy
+        try:
+            return options.check(EgressPolicy.parse(stored))
+        except SandboxError as exc:  # the operator lowered the ceiling since
+            log.warning("%s: its egress policy is beyond the ceiling now (%s)", key, exc.message)
+            return options.policy
+
+    def set_egress(
+        self, key: SandboxKey, policy: EgressPolicy | str | dict[str, Any]
+    ) -> EgressPolicy:
+        if not self.supports_egress:
+            return super().set_egress(key, policy)
+        wanted = self.options.egress.check(EgressPolicy.parse(policy))
+        with self._boxes.locked(key) as box:
+            try:
+                netstate.write_json(self._egress_file(key), wanted.to_wire(), mode=0o600)
+                self._apply_egress(box, wanted)
+            finally:
+                if box.sandbox is None:
+                    self._boxes.forget(box)
+        return wanted
+
+    def expose(self, key: SandboxKey, port: int) -> Endpoint:
+        if not self.supports_expose or not self.options.expose.enabled:
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"ports cannot be exposed: providers.{self.name}.expose.enabled is false"
+                if self.supports_expose
+                else f"the {self.name} provider cannot expose ports",
+            )
+        self._check_port(port)
+        with self._boxes.locked(key) as box:
+            sandbox = box.sandbox
+            if sandbox is None or sandbox.closed or box.dead:
+                if box.sandbox is None:
+                    self._boxes.forget(box)
+                raise SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    f"sandbox {key.sandbox_id} is not running; acquire it before exposing a port",
+                )
+            current = {e.port for e in self._exposed_ports(box)}
+            if port not in current and len(current) >= self.options.expose.max_ports:
+                raise SandboxError(
+                    ErrorCode.CAPACITY,
+                    f"{len(current)} ports are exposed, the limit (expose.max_ports) is "
+                    f"{self.options.expose.max_ports}",
+                )
+            return self._expose_port(box, port)
+
+    def unexpose(self, key: SandboxKey, port: int) -> None:
+        if not self.supports_expose:
+            return
+        self._check_port(port, exposing=False)
+        with self._boxes.locked(key) as box:
+            try:
+                self._unexpose_port(box, port)
+            finally:
+                if box.sandbox is None:
+                    self._boxes.forget(box)
+
+    def exposed(self, key: SandboxKey) -> list[Endpoint]:
+        if not self.supports_expose:
+            return []
+        with self._boxes.locked(key) as box:
+            try:
+                return sorted(self._exposed_ports(box), key=lambda e: e.port)
+            finally:
+                if box.sandbox is None:
+                    self._boxes.forget(box)
+
+    def endpoint(self, key: SandboxKey, port: int) -> Endpoint | None:
+        if not self.supports_expose or not isinstance(port, int) or not 1 <= port <= 65535:
+            return None
+        return self._find_endpoint(key, port)
+
+    def _check_port(self, port: object, exposing: bool = True) -> int:
+        options = self.options.expose
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"port must be 1-65535, not {port!r}")
+        if not exposing:
+            return port
+        if not options.min_port <= port <= options.max_port:
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"port {port} is outside expose.min_port-max_port "
+                f"({options.min_port}-{options.max_port})",
+            )
+        if port in self._reserved_ports():
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT, f"port {port} belongs to sandkit in the box"
+            )
+        return port
+
+    def _reserved_ports(self) -> set[int]:
+        """Ports in the box that are sandkit's own (the agent's, the egress relay's)."""
+        reserved = {self.options.http_port} if self.options.carrier == "http" else set()
+        if self.options.egress.enabled:
+            reserved.add(self.options.egress.proxy_port)
+        return reserved
+
+    def _net_root(self) -> Path:
+        """This owner's network state on the provider's machine."""
+        root = self.settings.data_root.expanduser().absolute() / ".sandkit" / "net"
+        return root / self.name / self.owner
+
+    def _egress_file(self, key: SandboxKey) -> Path:
+        return self._net_root() / "keys" / f"{key.sandbox_id}.json"
+
+    def _enforced_egress(self, key: SandboxKey) -> dict[str, Any]:
+        """What the enforcing component gets for the key's box (the ceiling's denials added)."""
+        return self.options.egress.enforced(self.egress(key))
+
     # -- the kit's own steps ---------------------------------------------------------------
 
     def _describe(self, handle: Any) -> str:
@@ -370,6 +528,8 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
     def _drop(self, key: SandboxKey, remove: bool) -> None:
         with self._boxes.locked(key) as box:
             self._stop_locked(box, remove)
+            if remove and self.supports_egress:
+                netstate.remove(self._egress_file(key))
         self._boxes.forget(box)
 
     def _stop_locked(self, box: B, remove: bool) -> None:
@@ -458,7 +618,12 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
             secrets=self.settings.secret_values(),
             scrubbed_env=tuple(self.settings.scrubbed_env),
             rg_path=self._box_rg_path(),
+            env=self._command_env(),
         )
+
+    def _command_env(self) -> dict[str, str]:
+        """Variables every command in a box gets: the egress proxy's, when egress is on."""
+        return self.options.egress.command_env() if self.supports_egress else {}
 
     def _new_sandbox(self, box: B) -> BoxSandbox:
         transport: Transport

@@ -55,6 +55,8 @@ class Context:
     secrets: Tuple[str, ...] = ()
     # Environment variable names never passed to commands unless asked for.
     scrubbed_env: Tuple[str, ...] = ()
+    # Variables every command gets (a box provider's proxy settings), before the caller's.
+    env: Tuple[Tuple[str, str], ...] = ()
     # Host limits for commands (set by the local provider). None in a box, whose
     # own limits bound what its commands use.
     bounds: Optional[CommandBounds] = None

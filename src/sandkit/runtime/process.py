@@ -110,6 +110,7 @@ def _environment(
         env[name] = value
     env.setdefault("PATH", DEFAULT_PATH)
     env.update({"HOME": home, "LANG": "C.UTF-8", "TERM": "dumb", "SHELL": shell})
+    env.update(ctx.env)
     for name, value in (extra or {}).items():
         env[name] = ctx.mapping.unmask(value)
     return env
