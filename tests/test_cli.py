@@ -181,7 +181,29 @@ def test_glob_truncation_is_announced(cli: Cli) -> None:
         cli("write", f"f{i}.txt", "x\n")
     out = cli("glob", "*.txt", "--max", "2")
     assert len(out.stdout.splitlines()) == 2
-    assert "showing first 2; narrow the path or pattern" in out.stderr
+    assert "showing first 2; more exist: next page with --offset 2" in out.stderr
+
+
+def test_glob_offset_pages_like_grep(cli: Cli) -> None:
+    for i in range(5):
+        cli("write", f"f{i}.txt", "x\n")
+    seen: list[str] = []
+    offset = 0
+    while True:
+        page = cli.json("glob", "*.txt", "--max", "2", "--offset", str(offset))
+        assert page["offset"] == offset
+        seen += page["paths"]
+        if not page["truncated"]:
+            break
+        offset += len(page["paths"])
+    assert seen == [f"{WS}/f{i}.txt" for i in range(5)]
+    last = cli("glob", "*.txt", "--max", "2", "--offset", "4")
+    assert last.stdout.splitlines() == [f"{WS}/f4.txt"]
+    assert "(from offset 4)" in last.stderr and "more exist" not in last.stderr
+    past = cli("glob", "*.txt", "--offset", "9")
+    assert past.stdout == "" and f"No files matched under {WS} past offset 9" in past.stderr
+    bad = cli("glob", "*.txt", "--offset", "-1", code=2)
+    assert "offset must be >= 0" in bad.stderr
 
 
 def test_grep_content_context_and_modes(cli: Cli) -> None:

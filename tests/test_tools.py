@@ -155,8 +155,14 @@ def test_glob_truncated_says_showing_first_and_to_narrow(tools: SandboxTools) ->
     for n in range(5):
         tools.write_file(f"f{n}.py", "")
     out = tools.glob("*.py", max_results=2).splitlines()
-    assert out[0] == f"Found 2 paths under {WS} (showing first 2; narrow the path or pattern)"
+    assert out[0] == (
+        f"Found 2 paths under {WS} (showing first 2; more exist: call again with offset=2, "
+        "or narrow the path or pattern)"
+    )
     assert out[1:] == [f"{WS}/f0.py", f"{WS}/f1.py"]
+    page = tools.glob("*.py", max_results=2, offset=4).splitlines()
+    assert page == [f"Found 1 path under {WS} (from offset 4)", f"{WS}/f4.py"]
+    assert tools.glob("*.py", offset=5) == f"No files matched under {WS} past offset 5"
 
 
 def test_glob_no_match_only_for_a_real_empty_result(tools: SandboxTools) -> None:

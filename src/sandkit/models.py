@@ -60,7 +60,8 @@ class GlobResult(_Model):
     path: str = Field(description="Directory the pattern was matched under.")
     pattern: str
     paths: list[str] = Field(description="Virtual absolute paths, sorted.")
-    truncated: bool
+    offset: int = Field(default=0, description="Matches skipped before these (paging).")
+    truncated: bool = Field(description="True only when more matches existed past this page.")
 
 
 GrepMode = Literal["content", "files_with_matches", "count"]

@@ -106,6 +106,7 @@ class Sandbox(abc.ABC):
         path: str = WORKSPACE,
         include_dirs: bool = False,
         max_results: int | None = None,
+        offset: int = 0,
     ) -> GlobResult:
         return self._run(GlobResult, "glob", locals())
 
@@ -207,6 +208,7 @@ class Sandbox(abc.ABC):
         path: str = WORKSPACE,
         include_dirs: bool = False,
         max_results: int | None = None,
+        offset: int = 0,
     ) -> GlobResult:
         return await self._arun(GlobResult, "glob", locals())
 

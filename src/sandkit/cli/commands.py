@@ -181,9 +181,12 @@ def glob(
     max_results: Annotated[
         int | None, typer.Option("--max", help="Result cap (clamped to the configured max).")
     ] = None,
+    offset: Annotated[int, typer.Option("--offset", help="Skip this many paths.")] = 0,
 ) -> None:
     """Find paths matching a glob pattern, sorted."""
-    result = session.sandbox.glob(pattern, path=path, include_dirs=dirs, max_results=max_results)
+    result = session.sandbox.glob(
+        pattern, path=path, include_dirs=dirs, max_results=max_results, offset=offset
+    )
     if session.out.json_mode:
         session.out.json(result)
         return

@@ -17,11 +17,11 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ..models import GrepMatch, GrepResult, ListDirResult, ReadFileResult
+from ..models import GlobResult, GrepMatch, GrepResult, ListDirResult, ReadFileResult
 from ..tools import render as plain
-from ..tools.render import counted, glob_summary, numbered_lines
+from ..tools.render import counted, numbered_lines
 
-__all__ = ["counted", "glob_summary", "numbered_lines"]  # shared with the LLM tools
+__all__ = ["counted", "numbered_lines"]  # shared with the LLM tools
 
 MATCH_STYLE = "bold red"
 HIGHLIGHT_BUDGET_S = 0.25
@@ -67,7 +67,11 @@ def read_hint(result: ReadFileResult) -> str | None:
     return plain.read_hint(result, lambda line: f"continue with --start {line}")
 
 
-# -- grep -------------------------------------------------------------------
+# -- glob / grep ------------------------------------------------------------
+
+
+def glob_summary(result: GlobResult) -> str:
+    return plain.glob_summary(result, lambda offset: f"next page with --offset {offset}")
 
 
 def grep_summary(result: GrepResult) -> str:

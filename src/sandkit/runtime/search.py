@@ -105,14 +105,20 @@ def glob(
     path: Any = WORKSPACE,
     include_dirs: Any = False,
     max_results: Any = None,
+    offset: Any = 0,
 ) -> Dict[str, Any]:
-    """Paths below `path` whose relative path matches `pattern`, sorted, capped."""
+    """Paths below `path` whose relative path matches `pattern`, sorted, capped.
+
+    `offset` skips that many matches of the sorted order first (paging, as grep's);
+    `truncated` says more existed past the page returned.
+    """
     pattern = require_str("pattern", pattern)
     include_dirs = require_bool("include_dirs", include_dirs)
     limits = ctx.limits
     cap = clamp_results(
         "max_results", max_results, limits.glob_default_results, limits.glob_max_results
     )
+    offset = require_int("offset", offset, minimum=0)
     try:
         compiled = GlobPattern(pattern)
     except GlobError as exc:
@@ -126,8 +132,12 @@ def glob(
         want += (KIND_DIR,)
     paths: List[str] = []
     truncated = False
+    skip = offset
     try:
         for rel, _, _ in walk(resolved.real, compiled, Deadline(limits.search_timeout_s), want):
+            if skip:
+                skip -= 1
+                continue
             if len(paths) == cap:
                 truncated = True
                 break
@@ -138,6 +148,7 @@ def glob(
         "path": resolved.virtual,
         "pattern": pattern,
         "paths": paths,
+        "offset": offset,
         "truncated": truncated,
     }
 

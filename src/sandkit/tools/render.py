@@ -218,17 +218,30 @@ def render_ls(result: ListDirResult) -> str:
     return "\n".join(lines)
 
 
+# -- glob / grep paging -------------------------------------------------------------
+
+
+def page_note(count: int, offset: int, truncated: bool, next_page: NextStep) -> str:
+    """What follows `Found N ...` on a paged answer (glob and grep page alike)."""
+    note = f" (from offset {offset})" if offset else ""
+    if truncated:
+        note += (
+            f" (showing first {count}; more exist: {next_page(offset + count)},"
+            " or narrow the path or pattern)"
+        )
+    return note
+
+
 # -- glob ---------------------------------------------------------------------------
 
 
-def glob_summary(result: GlobResult) -> str:
+def glob_summary(result: GlobResult, next_page: NextStep = tool_page_step) -> str:
     if not result.paths:
-        return f"No files matched under {result.path}"
+        where = f" past offset {result.offset}" if result.offset else ""
+        return f"No files matched under {result.path}{where}"
     count = len(result.paths)
-    summary = f"Found {counted(count, 'path', 'paths')} under {result.path}"
-    if result.truncated:
-        summary += f" (showing first {count}; narrow the path or pattern)"
-    return summary
+    found = f"Found {counted(count, 'path', 'paths')} under {result.path}"
+    return found + page_note(count, result.offset, result.truncated, next_page)
 
 
 def render_glob(result: GlobResult) -> str:
@@ -252,15 +265,8 @@ def grep_summary(result: GrepResult, next_page: NextStep = tool_page_step) -> st
     if count == 0:
         where = f" past offset {result.offset}" if result.offset else ""
         return f"No matches found under {result.path}{where}"
-    summary = f"Found {counted(count, *noun)} under {result.path}"
-    if result.offset:
-        summary += f" (from offset {result.offset})"
-    if result.truncated:
-        summary += (
-            f" (showing first {count}; more exist: {next_page(result.offset + count)},"
-            " or narrow the path or pattern)"
-        )
-    return summary
+    found = f"Found {counted(count, *noun)} under {result.path}"
+    return found + page_note(count, result.offset, result.truncated, next_page)
 
 
 def grep_rows(

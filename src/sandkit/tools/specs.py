@@ -130,6 +130,9 @@ class GlobArgs(_Args):
         description="How many paths to return: default $glob_default_results, at most "
         "$glob_max_results (larger values are lowered); 0 or less means the default.",
     )
+    offset: int = Field(
+        default=0, ge=0, description="Skip this many paths: the next page of a long answer."
+    )
 
 
 class GrepArgs(_Args):
@@ -277,8 +280,9 @@ SPECS: tuple[ToolSpec, ...] = (
         "glob",
         "Find files by path pattern. Start here to locate files by name; then grep to find "
         "content, read_file to read it, edit_file to change it. Returns sorted absolute "
-        "paths, at most $glob_max_results per call. Directories such as .git, node_modules "
-        "and virtualenvs are skipped unless you search inside them.",
+        "paths, at most $glob_max_results per call (paged with max_results and offset). "
+        "Directories such as .git, node_modules and virtualenvs are skipped unless you "
+        "search inside them.",
         GlobArgs,
         "glob",
         _plain(render.render_glob),

@@ -81,9 +81,15 @@ class SandboxTools:
         path: str = WORKSPACE,
         include_dirs: bool = False,
         max_results: int | None = None,
+        offset: int = 0,
     ) -> str:
         return self._text(
-            "glob", pattern=pattern, path=path, include_dirs=include_dirs, max_results=max_results
+            "glob",
+            pattern=pattern,
+            path=path,
+            include_dirs=include_dirs,
+            max_results=max_results,
+            offset=offset,
         )
 
     def grep(

@@ -164,6 +164,31 @@ class GlobTests(ConformanceBase):
         more = sb.glob("*.txt", path=ws, max_results=50)
         assert len(more.paths) == 5 and more.truncated is False
 
+    def test_glob_offset_pages_through_results(self, sb: Sandbox, ws: str) -> None:
+        for i in range(7):
+            sb.write_file(f"{ws}/f{i}.txt", "")
+        everything = sb.glob("*.txt", path=ws).paths
+        seen: list[str] = []
+        offset = 0
+        while True:
+            page = sb.glob("*.txt", path=ws, max_results=3, offset=offset)
+            assert page.offset == offset
+            seen += page.paths
+            if not page.truncated:
+                break
+            offset += len(page.paths)
+        assert seen == everything and len(seen) == 7
+        last = sb.glob("*.txt", path=ws, max_results=3, offset=6)
+        assert last.paths == everything[6:] and last.truncated is False
+        past = sb.glob("*.txt", path=ws, max_results=3, offset=100)
+        assert past.paths == [] and past.truncated is False and past.offset == 100
+
+    @pytest.mark.parametrize("offset", [-1, "2", 1.5, True, None], ids=repr)
+    def test_glob_bad_offset(self, sb: Sandbox, ws: str, offset: object) -> None:
+        sb.write_file(f"{ws}/f.txt", "")
+        with raises_code(ErrorCode.INVALID_ARGUMENT):
+            sb.glob("*", path=ws, offset=offset)  # type: ignore[arg-type]
+
     def test_glob_default_cap_and_ceiling(self, sb: Sandbox, ws: str, limits: Limits) -> None:
         count = limits.glob_max_results + 5
         make_dirs(sb, ws)
