@@ -110,3 +110,23 @@ def require_image(core: Any, image: str) -> None:
 def session_pods(core: Any) -> list[Any]:
     """Every pod of this test session, in any namespace."""
     return list(core.list_pod_for_all_namespaces(label_selector=f"{SESSION_LABEL}={SESSION}").items)
+
+
+def exec_in(core: Any, name: str, argv: list[str]) -> str:
+    """Run a command in the pod through the API, outside the agent."""
+    from kubernetes import client
+    from kubernetes.stream import stream
+
+    api = client.CoreV1Api(client.ApiClient(core.api_client.configuration))
+    return str(
+        stream(
+            api.connect_get_namespaced_pod_exec,
+            name,
+            NAMESPACE,
+            command=argv,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+        )
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_support import NAMESPACE, SESSION, in_ci, session_pods
+from k8s_support import NAMESPACE, SESSION, exec_in, in_ci, session_pods
 from sandkit_kubernetes.provider import KubernetesProvider
 
 from sandkit import ErrorCode, SandboxError, SandboxKey, Settings, create_provider
@@ -39,26 +39,6 @@ def wait_gone(core: Any, name: str, timeout: float = 30) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"pod {name} still exists after {timeout} s")
-
-
-def exec_in(core: Any, name: str, argv: list[str]) -> str:
-    """Run a command in the pod through the API, outside the agent."""
-    from kubernetes import client
-    from kubernetes.stream import stream
-
-    api = client.CoreV1Api(client.ApiClient(core.api_client.configuration))
-    return str(
-        stream(
-            api.connect_get_namespaced_pod_exec,
-            name,
-            NAMESPACE,
-            command=argv,
-            stdin=False,
-            stdout=True,
-            stderr=True,
-            tty=False,
-        )
-    )
 
 
 def host_file(data_root: Path, k: SandboxKey, rel: str) -> Path:

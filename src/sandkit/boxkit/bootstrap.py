@@ -134,7 +134,7 @@ memfd = sealed(code)
 agent = '/proc/self/fd/%d' % memfd if memfd is not None else home + '/agent.pyz'
 keep = (memfd,) if memfd is not None else ()
 if mode == 'stdio':
-    os.execv(sys.executable, [sys.executable, '-I', agent, '--stdio'])
+    os.execv(sys.executable, [sys.executable, '-I', '-S', agent, '--stdio'])
 spec = json.loads(frame())
 run = home + '/http'
 os.makedirs(run, mode=0o700, exist_ok=True)
@@ -165,7 +165,7 @@ token = private('token', spec['token'])
 import subprocess
 log = open(run + '/agent.log', 'ab')
 proc = subprocess.Popen(
-    [sys.executable, '-I', agent, '--http', '0.0.0.0:%d' % port, '--config', config,
+    [sys.executable, '-I', '-S', agent, '--http', '0.0.0.0:%d' % port, '--config', config,
      '--token-file', token],
     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, pass_fds=keep)
 with open(run + '/pid', 'w') as f:

@@ -561,7 +561,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         if box.agent_tag is not None and box.agent_container == container_id:
             self._end_agent(container_id, box.agent_tag)
         tag = secrets.token_hex(8)
-        argv = [self.options.python, "-I", AGENT_PATH, "--stdio", "--tag", tag]
+        argv = [self.options.python, "-I", "-S", AGENT_PATH, "--stdio", "--tag", tag]
         try:
             # cwd "/": the agent's own cwd must not be a mount, or a symlink to
             # /proc/self/cwd would resolve inside the jail.
