@@ -113,9 +113,11 @@ class SandboxProvider(abc.ABC):
     # Provider calls, not sandbox operations: what a box may reach and what may reach it
     # is decided and enforced outside the box, by the platform the provider drives.
 
-    def egress(self, key: SandboxKey) -> EgressPolicy:
-        """The egress policy the key's box runs under (`none`: no network)."""
-        return EgressPolicy()
+    def egress(self, key: SandboxKey) -> EgressPolicy | None:
+        """The egress policy sandkit enforces for the key's box (`none`: no network), or
+        None where the provider enforces none: commands then reach what the platform
+        under them lets them reach (local: the host's network)."""
+        return None
 
     def set_egress(
         self, key: SandboxKey, policy: EgressPolicy | str | dict[str, Any]

@@ -402,9 +402,13 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
 
     # -- network (docs/security.md#network) ------------------------------------------------
 
-    def egress(self, key: SandboxKey) -> EgressPolicy:
+    def egress(self, key: SandboxKey) -> EgressPolicy | None:
         if not self.supports_egress:
             return super().egress(key)
+        return self._key_egress(key)
+
+    def _key_egress(self, key: SandboxKey) -> EgressPolicy:
+        """The key's stored policy within today's ceiling, else the default policy."""
         options = self.options.egress
         stored = netstate.read_json(self._egress_file(key))
         if stored is None:
@@ -518,7 +522,7 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
 
     def _enforced_egress(self, key: SandboxKey) -> dict[str, Any]:
         """What the enforcing component gets for the key's box (the ceiling's denials added)."""
-        return self.options.egress.enforced(self.egress(key))
+        return self.options.egress.enforced(self._key_egress(key))
 
     # -- the kit's own steps ---------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from typer.core import TyperOption
 from . import commands, processes
 from .doctor import doctor
 from .mcp_command import mcp
+from .net_commands import egress, expose, gateway, unexpose
 from .providers import providers
 from .session import (
     AllowExecuteOpt,
@@ -112,6 +113,10 @@ app.command("destroy")(sandbox_command(commands.destroy))
 app.command("providers")(sandbox_command(providers))
 app.command("doctor")(sandbox_command(doctor))
 app.command("mcp")(sandbox_command(mcp))
+app.command("egress")(sandbox_command(egress))
+app.command("expose")(sandbox_command(expose))
+app.command("unexpose")(sandbox_command(unexpose))
+app.command("gateway")(sandbox_command(gateway))
 
 
 def _demo(

@@ -11,8 +11,27 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sandkit.boxkit import BoxOptions
+from sandkit.network import EgressOptions
 
 _USER_RE = re.compile(r"(\d+):(\d+)")
+
+
+class DockerEgressOptions(EgressOptions):
+    """`providers.docker.egress`: the shared policy settings plus where the proxy runs."""
+
+    network: str = Field(
+        "bridge",
+        description="Docker network of the egress proxy container: its way out (boxes "
+        "never join it; they keep network_mode none).",
+    )
+    image: str | None = Field(
+        None, description="Image of the proxy container; None: the boxes' image (python3)."
+    )
+    dns: list[str] = Field(
+        default_factory=list,
+        description="DNS servers of the proxy container; empty: the engine's default.",
+    )
+    mem_limit: str = Field("256m", description="Memory limit of the proxy container.")
 
 
 class DockerOptions(BoxOptions):
@@ -71,6 +90,11 @@ class DockerOptions(BoxOptions):
     shutdown: Literal["remove", "stop"] = Field(
         "remove", description="What shutdown() does to this owner's containers."
     )
+    egress: DockerEgressOptions = Field(
+        default_factory=DockerEgressOptions,
+        description="Where boxes may connect to, through the owner's egress proxy "
+        "(docs/providers/docker.md#network); off by default.",
+    )
 
     @field_validator("user")
     @classmethod
@@ -85,6 +109,11 @@ class DockerOptions(BoxOptions):
             raise ValueError("user runs as root; set allow_root: true if you really mean it")
         if not self.command:
             raise ValueError("command must not be empty")
+        if (self.egress.enabled or self.expose.enabled) and self.network_mode != "none":
+            raise ValueError(
+                "egress policies and exposed ports need network_mode none: the box's only "
+                f"ways in and out are then the provider's; {self.network_mode!r} would be another"
+            )
         if self.carrier == "http" and (
             self.network_mode == "host" or self.network_mode.startswith("container:")
         ):

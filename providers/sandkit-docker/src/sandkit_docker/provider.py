@@ -41,11 +41,13 @@ from sandkit.boxkit import (
 )
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
+from sandkit.network import EgressPolicy, Endpoint
 from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
 
 from .client import connect
 from .errors import engine_error
+from .network import LABEL_ROLE, DockerNet
 from .options import DockerOptions
 from .spec import (
     LABEL_OWNER,
@@ -95,8 +97,11 @@ class _Box(BoxRecord):
 class DockerProvider(BoxProvider[_Box, DockerOptions]):
     name = "docker"
     supports_pool = True
+    supports_egress = True
+    supports_expose = True
 
     def __init__(self, settings: Settings | None = None) -> None:
+        self._net_helper: DockerNet | None = None
         self._client: docker.DockerClient | None = None
         self._client_lock = threading.Lock()
         self._image_lock = threading.Lock()
@@ -121,6 +126,13 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                     self._client = client
         return self._client
 
+    @property
+    def net(self) -> DockerNet:
+        """Egress and exposed ports (network.py); made on first use."""
+        if self._net_helper is None:
+            self._net_helper = DockerNet(self)
+        return self._net_helper
+
     # -- the kit's hooks --------------------------------------------------------------
 
     def _adopt_running(self, box: _Box) -> bool:
@@ -129,6 +141,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             return False
         box.container_id = attrs["Id"]
         box.pooled = _pooled(attrs)
+        self.net.bind(box.key, _net_name(attrs, box.key))
         return True
 
     def _stop_box(self, box: _Box, remove: bool) -> None:
@@ -136,6 +149,8 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         name = container_name(self.options, box.key)
         api = self.client.api
         remove = remove or box.pooled
+        net = self.net
+        net_name = net.bound(box.key) or box.key.sandbox_id
         try:
             if remove:
                 api.remove_container(name, force=True, v=True)
@@ -149,6 +164,9 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         except Exception as exc:
             raise engine_error(exc, f"stopping sandbox {box.key.sandbox_id}") from None
         box.container_id = None
+        if net.enabled:
+            net.unbind(box.key)
+            net.forget_box(net_name, removed=remove)
 
     def _list_boxes(self) -> Sequence[Any]:
         try:
@@ -177,6 +195,8 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
     def _after_shutdown(self, handles: Sequence[Any]) -> None:
         if self.options.shutdown == "remove":  # unclaimed pool boxes' storage
             shutil.rmtree(self._pool_root(), ignore_errors=True)
+            if self.net.enabled:  # the proxy went with the boxes; their state goes now
+                self.net.clear_all()
         # Agent volumes the engine could not delete with their container (it only
         # logs that); prune spares volumes still used by a (stopped) container.
         client = self.client
@@ -192,11 +212,13 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 log.warning("shutdown: pruning networks: %s", exc)
 
     def _count_running(self) -> int:
-        # Created ones too: a box between its create and its start counts already. One
-        # list call, not an inspect per box (seconds per start at a thousand boxes, and a
-        # NotFound when one is removed meanwhile).
+        # Created ones too: a box between its create and its start counts already. The
+        # egress proxy is the owner's too, but no box.
+        # One list call, not an inspect per box (seconds per start at a thousand boxes,
+        # and a NotFound when one is removed meanwhile).
         status = {"status": ["created", "running"]}
-        return len(self.client.api.containers(filters={**owner_filter(self.options), **status}))
+        found = self.client.api.containers(filters={**owner_filter(self.options), **status})
+        return sum(1 for c in found if LABEL_ROLE not in (c.get("Labels") or {}))
 
     # -- warm pool ------------------------------------------------------------------
 
@@ -207,7 +229,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         return pool_layout(self.settings, self.owner, slot)
 
     def _pool_spec(self) -> str:
-        kwargs = create_kwargs(self.options, self._pool_layout("x"), self._payload_dir(), "x")
+        kwargs = self._create_kwargs(self._pool_layout("x"), "pool-x", "x")
         spec: str = kwargs["labels"][LABEL_SPEC]
         return spec
 
@@ -238,7 +260,9 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         layout = self._pool_layout(slot)
         options = self.options
         prepare_host_dirs(layout, (options.uid, options.gid) if options.chown_thread_dirs else None)
-        kwargs = create_kwargs(options, layout, self._payload_dir(), slot)
+        net_name = f"pool-{slot}"
+        self._net_prepare(net_name, self.options.egress.enforced(self.options.egress.policy))
+        kwargs = self._create_kwargs(layout, net_name, slot)
         try:
             self._ensure_network()
             attrs, _ = self._create(kwargs, layout.host_mapping().mask, check=False)
@@ -249,6 +273,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             raise engine_error(exc, "starting a pool box") from None
         record.container_id = attrs["Id"]
         record.pooled = True
+        self.net.start_egress_relay(attrs["Id"])
 
     def _pool_attach(self, slot: str, record: _Box) -> bool:
         attrs = self._inspect_name(pool_container_name(self.options, slot))
@@ -275,6 +300,11 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             # storage just moved there; this pool box is of no use any more.
             self._remove_quietly(str(record.container_id))
             return Claim.TAKEN
+        net = self.net
+        if net.enabled:  # the box keeps its network directories; the key's policy now
+            net_name = f"pool-{slot}"
+            net.set_policy(net_name, self._enforced_egress(key))
+            net.bind(key, net_name)
         return Claim.CLAIMED
 
     def _pool_remove(self, slot: str) -> None:
@@ -287,6 +317,8 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 if exc.status_code != 409:
                     raise engine_error(exc, "removing a pool box") from None
         shutil.rmtree(self._pool_root() / slot, ignore_errors=True)
+        if self.net.enabled:
+            self.net.forget_box(f"pool-{slot}", removed=True)
 
     # -- containers -----------------------------------------------------------------
 
@@ -313,7 +345,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             named = attrs.get("Name", "").lstrip("/") == container_name(self.options, key)
             return named and labels.get(LABEL_SPEC) == self._pool_spec()
         if spec is None:
-            spec = create_kwargs(self.options, self._layout(key), self._payload_dir())
+            spec = self._create_kwargs(self._layout(key), key.sandbox_id)
         return bool(
             labels.get(LABEL_SANDBOX_ID) == key.sandbox_id
             and labels.get(LABEL_SPEC) == spec["labels"][LABEL_SPEC]
@@ -325,10 +357,12 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         layout = self._layout(key)
         options = self.options
         prepare_host_dirs(layout, (options.uid, options.gid) if options.chown_thread_dirs else None)
-        kwargs = create_kwargs(self.options, layout, self._payload_dir())
+        kwargs = self._create_kwargs(layout, key.sandbox_id)
         mask = layout.host_mapping().mask
         try:
             attrs = self._inspect(key)
+            net_name = _net_name(attrs, key) if attrs is not None else key.sandbox_id
+            self._net_prepare(net_name, self._enforced_egress(key))
             if attrs is not None and not self._adoptable(attrs, key, kwargs):
                 log.info("recreating %s: created with other settings", kwargs["name"])
                 self._remove_quietly(attrs["Id"])
@@ -366,6 +400,86 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             raise engine_error(exc, f"starting sandbox {key.sandbox_id}", mask) from None
         box.container_id = attrs["Id"]
         box.pooled = _pooled(attrs)
+        net_name = _net_name(attrs, key)
+        self.net.start_egress_relay(attrs["Id"])
+        self.net.bind(key, net_name)
+
+    def _create_kwargs(
+        self, layout: ThreadLayout, net_name: str, pool_slot: str | None = None
+    ) -> dict[str, Any]:
+        net = self.net
+        return create_kwargs(
+            self.options,
+            layout,
+            self._payload_dir(),
+            pool_slot,
+            net_mounts=net.mounts(net_name),
+            net_dir=str(net.box_dir(net_name)),
+        )
+
+    def _net_prepare(self, net_name: str, policy: dict[str, Any]) -> None:
+        """Before a box starts: its network directories, its policy, a proxy that has it."""
+        net = self.net
+        if not net.enabled:
+            return
+        try:
+            net.check_runtime()
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise engine_error(exc, "asking the engine about its runtimes") from None
+        net.prepare(net_name, policy)
+        if net.egress:
+            try:
+                net.ensure_proxy(self._payload_dir())
+            except SandboxError:
+                raise
+            except Exception as exc:
+                raise engine_error(exc, "starting the egress proxy") from None
+            net.sync()
+
+    # -- network ----------------------------------------------------------------------
+
+    def _apply_egress(self, box: _Box, policy: EgressPolicy) -> None:
+        net_name = self.net.bound(box.key)
+        if net_name is None:
+            return  # not running: its start applies the stored policy
+        self.net.set_policy(net_name, self.options.egress.enforced(policy))
+        if box.container_id is not None:  # in case a command ended it
+            with contextlib.suppress(SandboxError):
+                self.net.start_egress_relay(box.container_id)
+
+    def _expose_port(self, box: _Box, port: int) -> Endpoint:
+        net = self.net
+        net_name = net.bound(box.key)
+        if net_name is None or box.container_id is None:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE,
+                f"sandbox {box.key.sandbox_id} is not running; acquire it before exposing a port",
+            )
+        net.start_ingress_relay(box.container_id, net_name, port)
+        net.set_exposed(net_name, [*net.exposed(net_name), port])
+        return net.endpoint(box.key, net_name, port)
+
+    def _unexpose_port(self, box: _Box, port: int) -> None:
+        net = self.net
+        net_name = net.bound(box.key)
+        if net_name is None:
+            return
+        ports = net.exposed(net_name)
+        if port in ports:
+            net.set_exposed(net_name, [p for p in ports if p != port])
+        net.stop_ingress_relay(box.container_id, net_name, port)
+
+    def _exposed_ports(self, box: _Box) -> list[Endpoint]:
+        net = self.net
+        net_name = net.bound(box.key)
+        if net_name is None:
+            return []
+        return [net.endpoint(box.key, net_name, p) for p in net.exposed(net_name)]
+
+    def _find_endpoint(self, key: SandboxKey, port: int) -> Endpoint | None:
+        return self.net.find_endpoint(key, port) if self.net.expose else None
 
     def _create(
         self, kwargs: dict[str, Any], mask: Any, check: bool = True
@@ -628,6 +742,13 @@ def _container_ip(attrs: dict[str, Any], network: str) -> str:
         ErrorCode.UNAVAILABLE,
         f"the container has no IP address on network {network!r}, which carrier http needs",
     )
+
+
+def _net_name(attrs: dict[str, Any] | None, key: SandboxKey) -> str:
+    """The network directory of a container: a claimed pool box keeps its slot's."""
+    labels = ((attrs or {}).get("Config") or {}).get("Labels") or {}
+    slot = labels.get(LABEL_POOL)
+    return f"pool-{slot}" if slot else key.sandbox_id
 
 
 def _pooled(attrs: dict[str, Any]) -> bool:

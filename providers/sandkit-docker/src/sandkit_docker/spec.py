@@ -44,10 +44,16 @@ def owner_filter(options: DockerOptions) -> dict[str, str | list[str] | bool]:
 
 
 def create_kwargs(
-    options: DockerOptions, layout: ThreadLayout, payload_dir: str, pool_slot: str | None = None
+    options: DockerOptions,
+    layout: ThreadLayout,
+    payload_dir: str,
+    pool_slot: str | None = None,
+    net_mounts: list[DockerMount] | None = None,
+    net_dir: str | None = None,
 ) -> dict[str, Any]:
     """Everything `client.containers.create` needs for `layout.key` (or, with `pool_slot`,
-    for a warm pool box whose storage `layout` describes)."""
+    for a warm pool box whose storage `layout` describes); `net_mounts` are its network
+    directories (egress, ingress) below `net_dir` (network.py)."""
     key = layout.key
     mounts = [
         DockerMount(target=m.virtual, source=m.real, type="bind", read_only=m.read_only)
@@ -61,6 +67,7 @@ def create_kwargs(
     volume_labels = {**options.labels, LABEL_OWNER: options.owner}
     mounts.append(DockerMount(target=AGENT_DIR, source=payload_dir, type="bind", read_only=True))
     mounts.append(DockerMount(target=RUN_PARENT, source=None, type="volume", labels=volume_labels))
+    mounts.extend(net_mounts or [])
     host_config: dict[str, Any] = {
         "user": options.user,
         "mounts": mounts,
@@ -90,6 +97,8 @@ def create_kwargs(
     # its box is made (pool boxes of one configuration then share one spec).
     own = str(layout.user_data_dir)
     spec_text = json.dumps(spec, sort_keys=True).replace(own, "<thread>")
+    if net_dir:  # like the thread dirs: where a box's state is, not how it is made
+        spec_text = spec_text.replace(net_dir, "<net>")
     spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
     if pool_slot is None:
         identity = {
