@@ -1,0 +1,53 @@
+"""Providers that cannot enforce egress or expose ports refuse the settings at start,
+instead of running boxes with a policy nobody enforces (docs/network.md#providers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandkit import ErrorCode, SandboxError, SandboxKey, Settings
+from sandkit.local import LocalProvider
+
+
+@pytest.mark.parametrize(
+    ("module", "cls", "name", "extra"),
+    [
+        ("sandkit_kubernetes.provider", "KubernetesProvider", "kubernetes", {}),
+        ("sandkit_e2b.provider", "E2BProvider", "e2b", {"api_key": "e2b_" + "0" * 40}),
+    ],
+)
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"egress": {"ceiling": {"mode": "open"}}}, "egress: a ceiling above none"),
+        ({"expose": {"enabled": True}}, "expose.enabled"),
+    ],
+)
+def test_unsupported_network_settings_are_refused(
+    tmp_path: Path,
+    module: str,
+    cls: str,
+    name: str,
+    extra: dict[str, Any],
+    options: Any,
+    words: str,
+) -> None:
+    provider_class = getattr(pytest.importorskip(module), cls)
+    settings = Settings(data_root=tmp_path, providers={name: {**options, **extra}})
+    with pytest.raises(SandboxError) as info:
+        provider_class(settings)
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT
+    assert words in info.value.message and "cannot do this" in info.value.message
+
+
+def test_local_enforces_nothing_and_says_so(tmp_path: Path) -> None:
+    local = LocalProvider(Settings(data_root=tmp_path))
+    key = SandboxKey("u", "t")
+    assert local.egress(key) is None
+    for call in (lambda: local.set_egress(key, "open"), lambda: local.expose(key, 8000)):
+        with pytest.raises(SandboxError) as info:
+            call()
+        assert info.value.code is ErrorCode.INVALID_ARGUMENT
