@@ -447,3 +447,39 @@ def test_highlighting_a_backtracking_pattern_is_bounded() -> None:
     lines = list(render.grep_lines(result, regex))
     assert time.monotonic() - started < 5
     assert lines[0].plain == f"/f:1: {text}"
+
+
+def test_uploads_put_ls_rm(cli: Cli, tmp_path: Path) -> None:
+    UP = "/mnt/user-data/uploads"
+    local = tmp_path / "report.csv"
+    local.write_bytes(b"a,b\n1,2\n")
+    assert f"Uploaded {UP}/report.csv (8 bytes)" in cli("uploads", "put", str(local)).stdout
+    piped = cli("uploads", "put", "-", "in/notes.txt", input=b"hi\n")
+    assert f"Uploaded {UP}/in/notes.txt (3 bytes)" in piped.stdout
+    assert "Replaced" in cli("--user", "cli", "uploads", "put", str(local)).stdout
+    listed = cli("uploads", "ls")
+    assert listed.stdout.splitlines() == [f"{UP}/in/notes.txt", f"{UP}/report.csv"]
+    assert "2 files, 11 bytes" in listed.stderr
+    assert cli.json("uploads", "ls")["files"][1] == {"path": f"{UP}/report.csv", "size": 8}
+    assert cli("read", f"{UP}/in/notes.txt").stdout == "     1\thi\n"  # the box sees it
+    refused = cli("write", f"{UP}/report.csv", "changed", code=2)
+    assert "Error [READ_ONLY]" in refused.stderr
+    assert f"Removed {UP}/report.csv (8 bytes)" in cli("uploads", "rm", "report.csv").stdout
+    assert "Error [NOT_FOUND]" in cli("uploads", "rm", "report.csv", code=2).stderr
+    outside = cli("uploads", "put", str(local), "../workspace/x.csv", code=2)
+    assert f"Error [ACCESS_DENIED]: /mnt/user-data/workspace/x.csv is not in {UP}" in outside.stderr
+    assert "Error [INVALID_ARGUMENT]" in cli("uploads", "put", "-", input=b"x", code=2).stderr
+    missing = cli("uploads", "put", str(tmp_path / "nope"), code=2)
+    assert "Error [NOT_FOUND]" in missing.stderr
+    assert cli("--user", "other", "uploads", "ls").stdout == ""  # keys never share
+
+
+def test_uploads_put_refuses_over_the_transfer_limit_without_reading_it_all(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SANDKIT_LIMITS__TRANSFER_MAX_BYTES", "16")
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * 17)
+    out = cli("uploads", "put", str(big), code=2)
+    assert "Error [TOO_LARGE]" in out.stderr and "transfer_max_bytes" in out.stderr
+    assert cli.json("uploads", "ls")["files"] == []

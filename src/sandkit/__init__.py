@@ -16,6 +16,7 @@ from .models import (
 )
 from .provider import SandboxKey, SandboxProvider, available_providers, create_provider
 from .sandbox import Sandbox
+from .uploads import UploadedFile, UploadList
 
 __all__ = [
     "DirEntry",
@@ -33,6 +34,8 @@ __all__ = [
     "SandboxKey",
     "SandboxProvider",
     "Settings",
+    "UploadList",
+    "UploadedFile",
     "WriteResult",
     "available_providers",
     "create_provider",

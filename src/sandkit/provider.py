@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from .errors import ErrorCode, SandboxError
+from .models import WriteResult
 from .network import EgressPolicy, Endpoint
 from .runtime.limits import Limits
 from .sandbox import Sandbox
+from .uploads import HostUploads, UploadedFile, UploadList
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -108,6 +110,32 @@ class SandboxProvider(abc.ABC):
     def reap_idle(self, max_idle_s: float) -> list[SandboxKey]:
         """Release sandboxes unused for longer than `max_idle_s`; returns their keys."""
         return []
+
+    # -- uploads (docs/operations.md#uploads) ----------------------------------------------
+    # Provider calls, not sandbox operations: the host application puts a user's files
+    # where the agent can read but never change them. No box need run; a running one sees
+    # a change at once.
+
+    def upload(self, key: SandboxKey, path: str, data: bytes) -> WriteResult:
+        """Create or replace a file of the key's uploads (`path` relative to
+        /mnt/user-data/uploads, or below it), at most `limits.transfer_max_bytes`."""
+        return self._host_uploads(key).put(path, data)
+
+    def list_uploads(self, key: SandboxKey) -> UploadList:
+        """The key's uploaded files, sorted by path."""
+        return self._host_uploads(key).list_files()
+
+    def remove_upload(self, key: SandboxKey, path: str) -> UploadedFile:
+        """Delete a file of the key's uploads (NOT_FOUND when there is none)."""
+        return self._host_uploads(key).remove(path)
+
+    def _host_uploads(self, key: SandboxKey) -> HostUploads:
+        """Where the key's uploads live on this host: below the data root, as the thread
+        layout says; a provider whose storage lives elsewhere overrides this."""
+        from .paths import ThreadLayout  # paths imports this module
+
+        layout = ThreadLayout.for_key(self.settings, key)
+        return HostUploads(layout.user_data_dir / "uploads", self.limits, layout.data_root)
 
     # -- network (docs/security.md#network) ---------------------------------------------
     # Provider calls, not sandbox operations: what a box may reach and what may reach it

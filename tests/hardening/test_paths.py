@@ -437,12 +437,7 @@ def scene(
         passwd = checked.execute("head -n 1 /etc/passwd").stdout.strip()
         seed = f"UPLOAD-{token}\n".encode()
         rel = up[len(UPLOADS) + 1 :] + "/seed.txt"
-        if hasattr(provider, "add_upload"):  # E2B: uploads arrive through the control plane
-            provider.add_upload(key, rel, seed)
-        else:  # a host directory behind the mount
-            host = user_data(data_root, key) / "uploads" / rel
-            host.parent.mkdir(parents=True, exist_ok=True)
-            host.write_bytes(seed)
+        provider.upload(key, rel, seed)
         checked.write_file(f"{ws}/f.txt", "root: hostile fixture\n")
         checked.write_file(f"{ws}/d/g.txt", "root in a subdirectory\n")
         sh(checked, "mkdir deep", cwd=ws)

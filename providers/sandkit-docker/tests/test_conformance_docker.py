@@ -23,10 +23,9 @@ from sandkit import SandboxKey, Settings
 from sandkit.testing.conformance.shared_box import (
     SUITE_LIMITS,
     SharedBoxConformance,
+    check_live_upload,
     host_forbidden,
-    host_seeder,
 )
-from sandkit.testing.conformance.suite import SeedUpload
 
 pytestmark = pytest.mark.docker
 
@@ -76,10 +75,6 @@ class DockerConformance(SharedBoxConformance):
     def forbidden_strings(self, roots: dict[str, Path]) -> list[str]:
         return host_forbidden(roots[self.carrier])
 
-    @pytest.fixture
-    def seed_upload(self, roots: dict[str, Path], key: SandboxKey) -> SeedUpload:
-        return host_seeder(roots[self.carrier], key)
-
 
 class TestDockerConformance(DockerConformance):
     carrier = "stdio"
@@ -96,3 +91,10 @@ def test_the_http_suite_really_runs_over_http(
     pid = box.info()["pid"]
     argv = box.execute(f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout.split()
     assert argv[argv.index("--http") + 1] == "0.0.0.0:8765"
+
+
+@pytest.mark.parametrize("carrier", CARRIERS)
+def test_an_upload_reaches_the_running_box_and_its_commands_cannot_change_it(
+    providers: dict[str, DockerProvider], shared_key: SandboxKey, carrier: str
+) -> None:
+    check_live_upload(providers[carrier], shared_key)

@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 from sandkit_e2b.provider import E2BProvider
 
-from sandkit import SandboxKey
 from sandkit.provider import SandboxProvider
 from sandkit.testing.conformance.shared_box import SharedBoxConformance, host_forbidden
-from sandkit.testing.conformance.suite import SeedUpload
 
 # E2B's own home directory must never come back from the API either.
 E2B_HOME = "/home/user"
@@ -32,12 +30,3 @@ class E2BConformance(SharedBoxConformance):
     @pytest.fixture
     def forbidden_strings(self, e2b_root: Path) -> list[str]:
         return [*host_forbidden(e2b_root), E2B_HOME]
-
-    @pytest.fixture
-    def seed_upload(self, provider: E2BProvider, key: SandboxKey) -> SeedUpload:
-        """Uploads arrive through the control plane: the directory belongs to root in the box."""
-
-        def seed(rel: str, data: bytes) -> str:
-            return provider.add_upload(key, rel, data)
-
-        return seed

@@ -3,8 +3,8 @@
 One provider and one sandbox serve the whole class (the suite gives every
 test its own directory); the lifecycle tests make their own keys and so
 their own sandboxes. Uploads arrive the way they do in E2B: through the
-control plane (`add_upload`), since the uploads directory belongs to root
-in the sandbox.
+control plane (`provider.upload`: the host copy and `files.write` as root),
+since the uploads directory belongs to root in the sandbox.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from e2b_suite import E2BConformance
 from sandkit_e2b.provider import E2BProvider
 
 from sandkit import SandboxKey, Settings
-from sandkit.testing.conformance.shared_box import SUITE_LIMITS
+from sandkit.testing.conformance.shared_box import SUITE_LIMITS, check_live_upload
 
 pytestmark = pytest.mark.docker
 
@@ -54,3 +54,9 @@ def shared_key() -> SandboxKey:
 
 class TestE2BConformance(E2BConformance):
     configured_secret = SECRET
+
+
+def test_an_upload_reaches_the_running_sandbox_and_its_commands_cannot_change_it(
+    e2b_provider: E2BProvider, shared_key: SandboxKey
+) -> None:
+    check_live_upload(e2b_provider, shared_key)

@@ -382,3 +382,25 @@ def test_registered_as_the_e2b_entry_point(tmp_path: Path) -> None:
         pytest.skip(reason)
     provider = create_provider("e2b", Settings(data_root=tmp_path))
     assert isinstance(provider, E2BProvider)
+
+
+def test_uploads_reach_a_paused_sandbox_and_seed_one_not_yet_created(
+    make_provider: Factory, owned: Owned, cloud: Cloud, data_root: Path
+) -> None:
+    provider = make_provider()
+    fresh = key("upload-first")
+    creates = cloud.calls["create"]
+    provider.upload(fresh, "early.txt", b"before any sandbox\n")
+    assert cloud.calls["create"] == creates and of_key(owned, fresh) == []  # none made for it
+    assert host_file(data_root, fresh, "uploads/early.txt").read_bytes() == b"before any sandbox\n"
+    box = provider.acquire(fresh)
+    assert box.read_file("/mnt/user-data/uploads/early.txt").content == "before any sandbox\n"
+    provider.release(fresh)  # paused: resumed sandboxes are not seeded again
+    provider.upload(fresh, "late.txt", b"while paused\n")
+    assert provider.acquire(fresh).read_file("/mnt/user-data/uploads/late.txt").content == (
+        "while paused\n"
+    )
+    provider.remove_upload(fresh, "early.txt")
+    assert [e.name for e in provider.acquire(fresh).list_dir("/mnt/user-data/uploads").entries] == [
+        "late.txt"
+    ]

@@ -25,10 +25,9 @@ from sandkit import SandboxKey, Settings
 from sandkit.testing.conformance.shared_box import (
     SUITE_LIMITS,
     SharedBoxConformance,
+    check_live_upload,
     host_forbidden,
-    host_seeder,
 )
-from sandkit.testing.conformance.suite import SeedUpload
 
 pytestmark = pytest.mark.kubernetes
 
@@ -134,7 +133,14 @@ def http_provider(
         data_root=claim_root,
         secrets=[SECRET],
         limits=SUITE_LIMITS,
-        providers={"kubernetes": options_for(carrier="http", storage="pvc", pvc_claim_name=CLAIM)},
+        providers={
+            "kubernetes": options_for(
+                carrier="http",
+                storage="pvc",
+                pvc_claim_name=CLAIM,
+                pvc_mount_path=str(claim_root),
+            )
+        },
     )
     provider = KubernetesProvider(settings)
     yield provider
@@ -150,10 +156,6 @@ class TestKubernetesStdioConformance(KubernetesConformance):
     def forbidden_strings(self, stdio_root: Path) -> list[str]:
         return host_forbidden(stdio_root)
 
-    @pytest.fixture
-    def seed_upload(self, stdio_root: Path, key: SandboxKey) -> SeedUpload:
-        return host_seeder(stdio_root, key)
-
 
 class TestKubernetesHttpConformance(KubernetesConformance):
     @pytest.fixture
@@ -164,6 +166,10 @@ class TestKubernetesHttpConformance(KubernetesConformance):
     def forbidden_strings(self, claim_root: Path) -> list[str]:
         return host_forbidden(claim_root)
 
-    @pytest.fixture
-    def seed_upload(self, claim_root: Path, key: SandboxKey) -> SeedUpload:
-        return host_seeder(claim_root, key)
+
+def test_an_upload_reaches_the_running_pods_and_their_commands_cannot_change_it(
+    stdio_provider: KubernetesProvider, http_provider: KubernetesProvider, shared_key: SandboxKey
+) -> None:
+    """hostPath (stdio) and the claim as the backend mounts it (http, pvc_mount_path)."""
+    check_live_upload(stdio_provider, shared_key)
+    check_live_upload(http_provider, shared_key)

@@ -52,6 +52,7 @@ def container(m: dict[str, Any]) -> dict[str, Any]:
         {"carrier": "grpc"},
         {"schedule_timeout_s": 100, "start_timeout_s": 10},
         {"hide_paths": ["relative"]},
+        {"pvc_mount_path": "relative"},
         {"unknown": 1},
     ],
 )
@@ -135,6 +136,25 @@ def test_pvc_storage_uses_sub_paths_and_an_init_container() -> None:
     (init,) = m["spec"]["initContainers"]
     assert init["securityContext"]["runAsUser"] == 1000
     assert init["command"][-1].endswith(sub)
+
+
+def test_pvc_uploads_go_below_the_claim_as_mounted_here_or_are_refused(tmp_path: Path) -> None:
+    from sandkit_kubernetes.provider import KubernetesProvider  # no cluster: nothing is called
+
+    def provider(**options: Any) -> KubernetesProvider:
+        kubernetes = {"storage": "pvc", "reap_interval_s": 0, **options}
+        return KubernetesProvider(
+            Settings(data_root=tmp_path / "data", providers={"kubernetes": kubernetes})
+        )
+
+    with pytest.raises(SandboxError) as refused:
+        provider().upload(KEY, "a.txt", b"x")
+    assert refused.value.code is ErrorCode.UNAVAILABLE and "pvc_mount_path" in refused.value.message
+    claim = tmp_path / "claim"
+    claim.mkdir()
+    provider(pvc_mount_path=str(claim)).upload(KEY, "a.txt", b"x")
+    sub = claim / "users/alice/threads/thread-1/user-data/uploads/a.txt"
+    assert sub.read_bytes() == b"x" and not (tmp_path / "data").exists()
 
 
 def test_http_carrier_declares_the_agent_port() -> None:

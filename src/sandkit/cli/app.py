@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperOption
 
-from . import commands, processes
+from . import commands, processes, uploads
 from .doctor import doctor
 from .mcp_command import mcp
 from .net_commands import egress, expose, gateway, unexpose
@@ -113,6 +113,7 @@ app.command("destroy")(sandbox_command(commands.destroy))
 app.command("providers")(sandbox_command(providers))
 app.command("doctor")(sandbox_command(doctor))
 app.command("mcp")(sandbox_command(mcp))
+app.add_typer(uploads.app, name="uploads")
 app.command("egress")(sandbox_command(egress))
 app.command("expose")(sandbox_command(expose))
 app.command("unexpose")(sandbox_command(unexpose))

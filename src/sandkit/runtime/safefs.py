@@ -21,6 +21,11 @@ _TEMP_PREFIX = ".sandkit-"
 _TEMP_SUFFIX = ".tmp"
 
 
+def is_temp_name(name: str) -> bool:
+    """Whether `name` is one of `atomic_replace`'s temp files (a write in progress)."""
+    return name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX)
+
+
 def _symlink_error(name: str) -> OSError:
     return OSError(errno.ELOOP, "is a symbolic link", name)
 

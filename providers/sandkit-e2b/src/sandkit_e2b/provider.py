@@ -17,20 +17,22 @@ import hashlib
 import json
 import logging
 import os
+import posixpath
 import shlex
 import threading
 import time
 import uuid
-from collections.abc import Sequence
-from pathlib import PurePosixPath
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sandkit.boxkit import BoxProvider, BoxRecord, BoxSandbox
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
+from sandkit.models import WriteResult
 from sandkit.paths import UPLOADS, ThreadLayout
 from sandkit.provider import SandboxKey
 from sandkit.runtime.pathmap import RESERVED_PREFIXES
+from sandkit.uploads import UploadedFile
 
 from .errors import is_gone, service_error
 from .options import E2BOptions
@@ -234,32 +236,51 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
 
     # -- uploads ----------------------------------------------------------------------
 
-    def add_upload(self, key: SandboxKey, relative_path: str, data: bytes) -> str:
-        """Deliver a user's file into the thread's uploads; returns its virtual path.
+    def upload(self, key: SandboxKey, path: str, data: bytes) -> WriteResult:
+        """The host copy (what a new sandbox is seeded from), then the key's sandbox if it
+        has one: an E2B sandbox holds its own copy of the thread, and its uploads belong to
+        root, so the file arrives through the control plane (a paused one is resumed)."""
+        result = super().upload(key, path, data)
+        # Read-only uploads belong to root (commands cannot change them); writable ones
+        # to the sandbox user, like the rest of the thread.
+        owner = "root" if self.settings.uploads_read_only else self.options.user
+        self._in_sandbox(
+            key,
+            lambda sdk: sdk.files.write(
+                result.path, data, user=owner, request_timeout=self.options.request_timeout_s
+            ),
+            f"uploading {result.path}",
+        )
+        return result
 
-        Uploads are read-only to the agent and owned by root in the sandbox, so
-        they arrive through the control plane: into the host copy (what a new
-        sandbox is seeded from) and into the running sandbox.
-        """
-        rel = _relative(relative_path)
-        layout = self._layout(key)
-        host = layout.user_data_dir / "uploads" / rel
-        host.parent.mkdir(parents=True, exist_ok=True)
-        host.write_bytes(data)
-        virtual = f"{UPLOADS}/{rel}"
+    def remove_upload(self, key: SandboxKey, path: str) -> UploadedFile:
+        removed = super().remove_upload(key, path)
+        # The same file, then the directories it leaves empty (as on the host).
+        rel = removed.path[len(UPLOADS) + 1 :]
+        script = f"cd {shlex.quote(UPLOADS)} && rm -f -- {shlex.quote(rel)}"
+        parent = posixpath.dirname(rel)
+        if parent:
+            script += f" && (rmdir -p -- {shlex.quote(parent)} 2>/dev/null || true)"
+        doing = f"removing {removed.path}"
+        self._in_sandbox(key, lambda sdk: self._root(sdk, script, doing), doing)
+        return removed
+
+    def _in_sandbox(self, key: SandboxKey, change: Callable[[Any], object], doing: str) -> None:
+        """Apply `change` to the key's E2B sandbox, if it has one (none: the next one is
+        seeded from the host copy, which has the change already)."""
+        if not any(self._adoptable(i, key) for i in self._find(key)):
+            return
         self.acquire(key)
         box = self._boxes.box(key)
         with box.lock:
             if box.sdk is None:
                 raise SandboxError(ErrorCode.UNAVAILABLE, f"sandbox {key.sandbox_id} is gone")
-            # Read-only uploads belong to root (commands cannot change them);
-            # writable ones to the sandbox user, like the rest of the thread.
-            owner = "root" if self.settings.uploads_read_only else self.options.user
             try:
-                box.sdk.files.write(virtual, data, user=owner)
+                change(box.sdk)
+            except SandboxError:
+                raise
             except Exception as exc:
-                raise service_error(exc, f"uploading {virtual}") from None
-        return virtual
+                raise service_error(exc, doing) from None
 
     # -- boxes ------------------------------------------------------------------------
 
@@ -614,18 +635,3 @@ def _key_of(info: Any) -> SandboxKey | None:
         return SandboxKey(metadata.get(META_USER, ""), metadata.get(META_THREAD, ""))
     except SandboxError:
         return None
-
-
-def _relative(path: str) -> str:
-    parts = PurePosixPath(path).parts if isinstance(path, str) else ()
-    if (
-        not isinstance(path, str)
-        or not parts
-        or path.startswith("/")
-        or "\0" in path
-        or any(p in (".", "..") for p in parts)
-    ):
-        raise SandboxError(
-            ErrorCode.INVALID_ARGUMENT, f"an upload path must be relative, without ..: {path!r}"
-        )
-    return "/".join(parts)

@@ -81,6 +81,12 @@ class KubernetesOptions(BoxOptions):
         "this process (it must run on the node, as root or as that uid).",
     )
     pvc_claim_name: str = Field("sandkit-data", description="storage pvc: the claim's name.")
+    pvc_mount_path: str | None = Field(
+        None,
+        description="storage pvc: where this process sees the claim's root (the backend pod "
+        "mounts the claim there); `provider.upload` writes the thread's uploads below it. "
+        "None: uploads are refused (UNAVAILABLE), the provider cannot reach the claim.",
+    )
     init_thread_dirs: bool = Field(
         True,
         description="storage pvc: an init container (same image, same uid) creates the thread "
@@ -147,6 +153,8 @@ class KubernetesOptions(BoxOptions):
                 "warm_pool needs storage hostPath with prepare_host_dirs: a pool pod's storage "
                 "becomes its thread's by a rename on the node (docs/pools.md)"
             )
+        if self.pvc_mount_path is not None and not self.pvc_mount_path.startswith("/"):
+            raise ValueError(f"pvc_mount_path must be absolute: {self.pvc_mount_path!r}")
         if self.uid == 0 and not self.allow_root:
             raise ValueError("uid 0 runs as root; set allow_root: true if you really mean it")
         if self.schedule_timeout_s > self.start_timeout_s:

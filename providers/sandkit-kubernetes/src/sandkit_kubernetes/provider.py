@@ -42,6 +42,7 @@ from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
+from sandkit.uploads import HostUploads
 
 from .errors import api_error, api_message
 from .options import KubernetesOptions
@@ -59,6 +60,7 @@ from .spec import (
     pod_name,
     pool_pod_name,
     spec_digest,
+    thread_sub_path,
 )
 from .stream import ExecOpenError, KubeExecStream, open_exec
 
@@ -202,6 +204,20 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
 
     def _pod_name(self, box: _Box) -> str:
         return box.pod or pod_name(self.options, box.key)
+
+    def _host_uploads(self, key: SandboxKey) -> HostUploads:
+        """hostPath: below the data root (this process runs on the node); pvc: below the
+        claim as this process mounts it (`pvc_mount_path`), never anywhere else."""
+        if self.options.storage == "hostPath":
+            return super()._host_uploads(key)
+        if self.options.pvc_mount_path is None:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE,
+                "storage pvc: uploads need the claim mounted in this process; set "
+                "providers.kubernetes.pvc_mount_path to where it is mounted",
+            )
+        root = Path(self.options.pvc_mount_path)
+        return HostUploads(root / thread_sub_path(key) / "uploads", self.limits, root)
 
     def _hidden_paths(self) -> tuple[str, ...]:
         hidden = list(self.options.hide_paths)

@@ -8,8 +8,9 @@ then acquires a fresh key per test and also runs the lifecycle tests) or a
 returns. Optional fixtures: `secret_values` (configured secrets, for the
 redaction tests), `limits` (when the provider is not configured with the
 default caps) and `seed_upload` (how files get into the read-only uploads
-mount; the default goes through `execute`, which works where the uploads
-directory is writable from the command's point of view, as on the host).
+mount; the default is the provider's `upload`, or without a provider
+`execute`, which works where the uploads directory is writable from the
+command's point of view, as on the host).
 
 The suite only uses the public `Sandbox` API. Set-up that needs symlinks,
 FIFOs or many files runs through `execute`. Every test works below its own
@@ -243,10 +244,17 @@ class ConformanceBase:
         return Limits()
 
     @pytest.fixture
-    def seed_upload(self, sandbox: Sandbox, forbidden_strings: list[str]) -> SeedUpload:
-        """Put a file into uploads (read-only to the agent); returns its virtual path."""
+    def seed_upload(
+        self, provider: SandboxProvider | None, key: SandboxKey, sandbox: Sandbox
+    ) -> SeedUpload:
+        """Put a file into uploads (read-only to the agent); returns its virtual path.
+
+        With a provider: its `upload` (how a host application does it, into the running
+        box); without one, through `execute`."""
 
         def seed(rel: str, data: bytes) -> str:
+            if provider is not None:
+                return provider.upload(key, rel, data).path
             path = f"{UPLOADS}/{rel}"
             parent = path.rsplit("/", 1)[0]
             encoded = base64.b64encode(data).decode()
