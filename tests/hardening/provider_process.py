@@ -7,7 +7,8 @@ uses; SANDKIT_HARDENING_SESSION makes it the same session, so the same owner)
 and reports on stdout, one line each, flushed:
 
 - `SEEDED`: every key in `seed` was acquired and got its `seed_files` set;
-- `STARTED <op>`: `busy` mode is about to run `op` (execute, write, grep);
+- `STARTED <op>`: `busy` mode is about to run `op` (execute, write, grep, or stream:
+  `execute_stream` of the spec's `command`);
 - `WROTE <n>`: `rewrite` mode finished writing version n of `rewrite_path`.
 
 `limits` in the spec (a dict) changes the hardening limits the provider runs with.
@@ -140,10 +141,13 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def _busy(box: Sandbox, op: str, path: str) -> None:
+def _busy(box: Sandbox, op: str, path: str, command: str | None = None) -> None:
     """Run one long operation (the parent kills us during it)."""
     _say(f"STARTED {op}")
-    if op == "execute":
+    if op == "stream":  # execute_stream of `command`, its events read until killed
+        for _ in box.execute_stream(command or "sleep 60", timeout=600):
+            pass
+    elif op == "execute":
         # The pid file lets the parent clean up the command, which outlives us.
         box.execute(f"echo $$ > {path}; exec sleep 60", timeout=90)
     elif op == "write":
@@ -170,7 +174,7 @@ def main(spec: dict[str, Any]) -> None:
     user, thread = spec.get("key") or spec["seed"][0][:2]
     box = provider.acquire(SandboxKey(user, thread))
     if spec["mode"] == "busy":
-        _busy(box, spec["op"], spec["path"])
+        _busy(box, spec["op"], spec["path"], spec.get("command"))
         _say("DONE")
     elif spec["mode"] == "rewrite":
         n = 0

@@ -21,6 +21,7 @@ import collections
 import contextlib
 import os
 import secrets
+import select
 import signal
 import subprocess
 import threading
@@ -38,6 +39,9 @@ KEEP_ENDED = 64
 # Signals a caller may send (by name or number).
 SIGNALS = ("TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT")
 _HANDLE_PREFIX = "p-"
+# write_stdin gives up (TIMEOUT) when the process has read nothing for this long.
+STDIN_STALL_S = 5.0
+_STDIN_CHUNK = 1 << 16
 
 Chunk = Tuple[int, str, bytes]  # (offset of its first byte, stream, cleaned UTF-8 bytes)
 
@@ -162,6 +166,7 @@ class _Process:
         self.exit_code: Optional[int] = None
         self.proc: "Optional[subprocess.Popen[bytes]]" = None
         self.changed = threading.Condition()
+        self.stdin_lock = threading.Lock()
 
     @property
     def running(self) -> bool:
@@ -240,6 +245,9 @@ class ProcessTable:
     def output(self, handle: Any, since: Any, wait_s: Any) -> Dict[str, Any]:
         entry = self._get(handle)
         offset = require_int("since", since, minimum=0)
+        total = entry.log.total
+        if offset > total:  # offsets only ever come from earlier reads: a client's bug
+            raise invalid("since %d is past the end of the output (%d bytes)" % (offset, total))
         wait = self._wait_time("wait_s", 0.0 if wait_s is None else wait_s)
         deadline = time.monotonic() + wait
         limit = max(self.ctx.limits.exec_output_bytes, 1)
@@ -265,19 +273,19 @@ class ProcessTable:
         entry = self._get(handle)
         text = require_str("data", data)
         close = require_bool("eof", eof)
-        pipe = entry.proc.stdin if entry.proc is not None else None
-        if pipe is None or pipe.closed:
-            if text or not close:
-                raise invalid("the stdin of %s is closed" % entry.handle)
-        else:
-            try:
-                if text:
-                    pipe.write(text.encode("utf-8", "surrogateescape"))
-                    pipe.flush()
-                if close:
-                    pipe.close()
-            except (BrokenPipeError, ValueError):
-                raise invalid("%s no longer reads its stdin" % entry.handle) from None
+        with entry.stdin_lock:  # one writer at a time: two writes never interleave
+            pipe = entry.proc.stdin if entry.proc is not None else None
+            if pipe is None or pipe.closed:
+                if text or not close:
+                    raise invalid("the stdin of %s is closed" % entry.handle)
+            else:
+                try:
+                    if text:
+                        _write_bounded(entry, pipe, text.encode("utf-8", "surrogateescape"))
+                    if close:
+                        pipe.close()
+                except (BrokenPipeError, ValueError):
+                    raise invalid("%s no longer reads its stdin" % entry.handle) from None
         self._touch()
         return entry.info()
 
@@ -376,10 +384,14 @@ class ProcessTable:
             code = process.exit_code(proc.wait())
         finally:
             pipes.close()
-            for stream in (proc.stdout, proc.stderr, proc.stdin):
+            for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     with contextlib.suppress(OSError, ValueError):
                         stream.close()
+            with entry.stdin_lock:  # not under a write (its fd number could be reused)
+                if proc.stdin is not None:
+                    with contextlib.suppress(OSError, ValueError):
+                        proc.stdin.close()
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -390,6 +402,31 @@ class ProcessTable:
                 entry.exit_code = code
                 entry.ended_at = time.time()
                 entry.changed.notify_all()
+
+
+def _write_bounded(entry: _Process, pipe: Any, data: bytes) -> None:
+    """Write all of `data` while the process reads; TIMEOUT once it has taken nothing for
+    STDIN_STALL_S (a process that never reads would otherwise hold the call forever)."""
+    fd = pipe.fileno()
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    written = 0
+    stalled_since = time.monotonic()
+    while written < len(view):
+        try:
+            written += os.write(fd, view[written : written + _STDIN_CHUNK])
+            stalled_since = time.monotonic()
+            continue
+        except BlockingIOError:
+            pass
+        left = stalled_since + STDIN_STALL_S - time.monotonic()
+        if left <= 0:
+            raise SandboxError(
+                ErrorCode.TIMEOUT,
+                "%s read nothing from its stdin for %g s: %d of %d bytes were written"
+                % (entry.handle, STDIN_STALL_S, written, len(view)),
+            )
+        select.select([], [fd], [], left)
 
 
 def _signal_number(value: Any) -> int:
