@@ -242,7 +242,10 @@ runsc_network() {
     esac
 }
 
-runsc_flags() { echo "--network=$(runsc_network) $GVISOR_ARGS" | sed 's/ *$//'; }
+# --host-uds=all: a box's AF_UNIX calls on a bind-mounted socket reach the host's socket (the
+# egress proxy's and an exposed port's, docs/network.md); without it gVisor serves them itself.
+HOST_UDS=--host-uds=all
+runsc_flags() { echo "--network=$(runsc_network) $HOST_UDS $GVISOR_ARGS" | sed 's/ *$//'; }
 
 # Merges {"runtimes": {"runsc": {...}}} into the daemon.json at $1, keeping every other key.
 gvisor_configure() {
@@ -256,7 +259,7 @@ gvisor_configure() {
     fi
     mkdir -p "$(dirname "$file")"
     # shellcheck disable=SC2086
-    python3 - "$file" "$RUNSC" "--network=$network" $GVISOR_ARGS <<'EOF'
+    python3 - "$file" "$RUNSC" "--network=$network" "$HOST_UDS" $GVISOR_ARGS <<'EOF'
 import json, os, sys
 path, binary, *args = sys.argv[1:]
 config = {}

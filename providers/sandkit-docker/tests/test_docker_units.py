@@ -221,3 +221,20 @@ def test_tokens_are_random_or_derived_per_container() -> None:
 
 def test_the_launcher_runs_on_python_3_9() -> None:
     ast.parse(LAUNCH, feature_version=(3, 9))
+
+
+@pytest.mark.parametrize(
+    ("args", "value"),
+    [
+        ([], "none"),
+        (["--network=sandbox"], "none"),
+        (["--network=sandbox", "--host-uds=open"], "open"),
+        (["--host-uds=create", "--host-uds=all"], "all"),
+        (["--fsgofer-host-uds"], "all"),
+        (["--fsgofer-host-uds=false"], "none"),
+    ],
+)
+def test_the_host_uds_flag_of_a_registered_runsc(args: list[str], value: str) -> None:
+    from sandkit_docker.network import _host_uds
+
+    assert _host_uds(args) == value

@@ -134,8 +134,8 @@ class DockerNet:
                     f"runtime {self.options.runtime!r} (gVisor) is registered without "
                     f"--host-uds={flag}: its boxes cannot reach the egress proxy's socket "
                     "(connect: ECONNREFUSED) or offer an exposed port's; register it with "
-                    f"that flag (SANDKIT_GVISOR_ARGS=--host-uds={flag} "
-                    "deploy/docker/dockerd.sh gvisor) or leave egress and expose off",
+                    "that flag (deploy/docker/dockerd.sh gvisor registers --host-uds=all) "
+                    "or leave egress and expose off",
                 )
         self._runtime_ok = True
 
