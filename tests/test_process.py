@@ -112,6 +112,24 @@ def test_signal_death_reads_as_128_plus_signal(box: Box) -> None:
     assert run(box.ctx, "kill -TERM $$")["exit_code"] == 143
 
 
+def test_signals_the_host_ignores_reach_commands_at_their_default(box: Box) -> None:
+    # A host started with `nohup ... &` ignores SIGINT/SIGQUIT; that survives exec, and a
+    # shell cannot undo it, so an interrupt would do nothing to the command.
+    import signal
+
+    before = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT)}
+    try:
+        assert run(box.ctx, "kill -INT $$; echo survived")["exit_code"] == 130
+        quit_itself = "import os, signal; os.kill(os.getpid(), signal.SIGQUIT)"  # bash ignores it
+        assert (
+            run(box.ctx, f"exec {shlex.quote(sys.executable)} -c '{quit_itself}'")["exit_code"]
+            == 131
+        )
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
 def test_stdin_is_empty(box: Box) -> None:
     r = run(box.ctx, "cat; echo done", timeout=5)
     assert r["stdout"] == "done\n" and r["timed_out"] is False

@@ -414,7 +414,28 @@ def prepare(ctx: Context, command: Any, env: Any, cwd: Any) -> Launch:
     preexec = None
     if ctx.bounds is not None:
         argv, preexec = ctx.bounds.launch(argv)
-    return Launch(argv, real_cwd, environment, preexec)
+    return Launch(argv, real_cwd, environment, _with_default_signals(preexec))
+
+
+# Signals a host started in the background (`nohup ... &`, a job-control-less shell) passes on
+# ignored: an ignored disposition survives exec, and a shell cannot trap or reset a signal
+# ignored on entry, so `signal_process(h, "INT")` would do nothing. Commands start with them
+# at their default, as from a terminal; the cost (a Python step in the child) only when needed.
+_INHERITED_IGNORES = (signal.SIGINT, signal.SIGQUIT)
+
+
+def _with_default_signals(preexec: Optional[Callable[[], None]]) -> Optional[Callable[[], None]]:
+    ignored = [s for s in _INHERITED_IGNORES if signal.getsignal(s) == signal.SIG_IGN]
+    if not ignored:
+        return preexec
+
+    def restore() -> None:
+        for number in ignored:
+            signal.signal(number, signal.SIG_DFL)
+        if preexec is not None:
+            preexec()
+
+    return restore
 
 
 def cleaner(ctx: Context) -> Callable[[str], str]:
