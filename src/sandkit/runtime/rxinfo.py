@@ -122,6 +122,10 @@ TABLES_FILE = "unicode_tables.json"
 # As `py_char_node` writes them (sre parses a bare \w as a class holding the category).
 _COMMON_SETS = ("[\\w]", "[\\W]", "[\\d]", "[\\D]", "[\\s]", "[\\S]")
 _TABLES_LOADED = False
+# The shipped parts not decoded yet, each its own JSON text: decoding all of them took a
+# first grep ~10 ms (84 KB), most of it sets the query does not use.
+_SHIPPED_ASCII: Dict[int, str] = {}
+_SHIPPED_SETS: Dict[Tuple[str, int], str] = {}
 
 
 def tables_key() -> str:
@@ -132,14 +136,19 @@ def build_tables() -> Dict[str, Any]:
     """The precomputed sets, as JSON-able data (see TABLES_FILE)."""
     flag_sets = sorted({_set_flags(f) for f in (ICASE, ICASE | S, ICASE | A, ICASE | S | A)})
     ascii_tables = {
-        str(f): [list(map(list, _ascii_table(f)[c])) for c in range(128)] for f in flag_sets
+        str(f): _compact([list(map(list, _ascii_table(f)[c])) for c in range(128)])
+        for f in flag_sets
     }
     sets = [
-        [src, f, [list(r) for r in scan_ranges(src, f)]]
+        [src, f, _compact([list(r) for r in scan_ranges(src, f)])]
         for src in _COMMON_SETS
         for f in (0, ICASE, S, A)
     ]
     return {"key": tables_key(), "ascii": ascii_tables, "sets": sets}
+
+
+def _compact(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"))
 
 
 def _load_tables() -> None:
@@ -155,12 +164,26 @@ def _load_tables() -> None:
         return
     if not isinstance(data, dict) or data.get("key") != tables_key():
         return
-    for flags, table in data["ascii"].items():
-        _ASCII_TABLES[int(flags)] = {
-            c: tuple((lo, hi) for lo, hi in ranges) for c, ranges in enumerate(table)
-        }
-    for src, flags, ranges in data["sets"]:
-        _SET_CACHE[(src, flags)] = tuple((lo, hi) for lo, hi in ranges)
+    for flags, text in data["ascii"].items():
+        if isinstance(text, str):
+            _SHIPPED_ASCII[int(flags)] = text
+    for src, flags, text in data["sets"]:
+        if isinstance(text, str):
+            _SHIPPED_SETS[(src, flags)] = text
+
+
+def _shipped(text: Optional[str], tables: bool) -> Any:
+    """A shipped part, decoded: its Ranges, or with `tables` a list of them (None when
+    there is none or it does not decode)."""
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+        if tables:
+            return [tuple((lo, hi) for lo, hi in ranges) for ranges in data]
+        return tuple((lo, hi) for lo, hi in data)
+    except (ValueError, TypeError):
+        return None
 
 
 def _all_chars() -> Tuple[str, str]:
@@ -184,6 +207,10 @@ def scan_ranges(src: str, flags: int) -> Ranges:
     cached = _SET_CACHE.get(key)
     if cached is not None:
         return cached
+    shipped: Optional[Ranges] = _shipped(_SHIPPED_SETS.get(key), tables=False)
+    if shipped is not None:
+        _SET_CACHE[key] = shipped
+        return shipped
     rx = re.compile("(?:%s)+" % src, _set_flags(flags))
     low, high = _all_chars()
     ranges = [(m.start(), m.end() - 1) for m in rx.finditer(low)]
@@ -201,6 +228,10 @@ def _ascii_table(flags: int) -> Dict[int, Ranges]:
     key = _set_flags(flags)
     table = _ASCII_TABLES.get(key)
     if table is not None:
+        return table
+    shipped = _shipped(_SHIPPED_ASCII.get(key), tables=True)
+    if shipped is not None and len(shipped) == 128:
+        _ASCII_TABLES[key] = table = dict(enumerate(shipped))
         return table
     candidates = [cp for lo, hi in scan_ranges("[\\x00-\\x7f]", key) for cp in range(lo, hi + 1)]
     built: Dict[int, List[int]] = {c: [] for c in range(128)}
