@@ -45,6 +45,7 @@ for extra in (
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
+from hostmem import cgroup_memory_bytes, container_memory_bytes  # noqa: E402
 from timing import percentiles  # noqa: E402
 
 from sandkit import SandboxKey, Settings  # noqa: E402
@@ -121,36 +122,12 @@ def kubernetes_providers(root: Path) -> dict[str, Any]:
     return made
 
 
-def cgroup_memory_bytes(path: Path) -> int | None:
-    """RSS + kernel memory charged to a memory cgroup (v1 or v2): usage minus page cache."""
-    if not path.is_dir():
-        return None
-    stat: dict[str, int] = {}
-    for line in (path / "memory.stat").read_text().splitlines():
-        name, _, value = line.partition(" ")
-        if value.strip().isdigit():
-            stat[name] = int(value)
-    usage_file = path / "memory.usage_in_bytes"
-    usage = int((usage_file if usage_file.exists() else path / "memory.current").read_text())
-    # Page cache is not the box's own memory, except shmem: gVisor keeps all of its
-    # processes' memory in one memfd, which the cgroup counts as (shmem) cache.
-    cache = stat.get("total_cache", stat.get("file", 0))
-    shmem = stat.get("total_shmem", stat.get("shmem", 0))
-    return max(0, usage - (cache - shmem))
-
-
 def docker_memory(sandbox_id: str) -> int | None:
     import docker
 
     client = docker.from_env()
     found = client.containers.list(filters={"label": f"sandkit.sandbox-id={sandbox_id}"})
-    for container in found:
-        for base in ("/sys/fs/cgroup/memory/docker", "/sys/fs/cgroup/system.slice"):
-            for name in (container.id, f"docker-{container.id}.scope"):
-                got = cgroup_memory_bytes(Path(base, name))
-                if got is not None:
-                    return got
-    return None
+    return container_memory_bytes(found[0].id) if found else None
 
 
 def kubernetes_memory(core: Any, namespace: str) -> Callable[[str], int | None]:

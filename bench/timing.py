@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -21,11 +22,25 @@ def timed(fn: Callable[[], Any], n: int, warmup: int = 3) -> list[float]:
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
-    """p50 and p95 (inclusive quantiles) in the samples' unit, and n."""
+    """p50, p95 and p99 (inclusive quantiles) in the samples' unit, max and n."""
     ordered = sorted(samples)
+    if len(ordered) < 2:
+        one = ordered[0] if ordered else float("nan")
+        return {"p50": one, "p95": one, "p99": one, "max": one, "n": len(ordered)}
     cuts = statistics.quantiles(ordered, n=100, method="inclusive")
-    return {"p50": statistics.median(ordered), "p95": cuts[94], "n": len(ordered)}
+    return {
+        "p50": statistics.median(ordered),
+        "p95": cuts[94],
+        "p99": cuts[98],
+        "max": ordered[-1],
+        "n": len(ordered),
+    }
 
 
 def ms(value: float) -> str:
     return f"{value * 1000:.2f} ms"
+
+
+def loadavg() -> list[float]:
+    """The host's 1/5/15-minute load average: the machine is shared, say how busy it was."""
+    return [round(x, 2) for x in os.getloadavg()]
