@@ -1,6 +1,7 @@
-"""The shared conformance suite, unchanged, on Docker + gVisor (`runtime: runsc`), both carriers.
+"""The shared conformance suite, unchanged, on Docker + gVisor (`runtime: runsc`).
 
-The same classes as `test_conformance_docker.py` with one option changed: every box is a
+The same classes as `test_conformance_docker.py` with one option changed (all of it on
+stdio; on http what the carrier carries, `carrier_areas_only`): every box is a
 runsc sandbox (its own application kernel), registered in the engine by
 `deploy/docker/dockerd.sh gvisor`. Under CI=true a missing runtime is a failure, not a skip.
 """
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 import test_conformance_docker as runc
 from sandkit_docker.provider import DockerProvider
-from tests.gvisor_support import assert_in_gvisor, require_docker_runsc
+from tests.gvisor_support import assert_in_gvisor, carrier_areas_only, require_docker_runsc
 
 from sandkit import SandboxKey, Settings
 from sandkit.testing.conformance.shared_box import SUITE_LIMITS
@@ -64,7 +65,10 @@ class TestDockerGvisorConformance(runc.DockerConformance):
     carrier = "stdio"
 
 
+@carrier_areas_only
 class TestDockerGvisorHttpConformance(runc.DockerConformance):
+    """Carrier http in gVisor: what the carrier carries and its lifecycle."""
+
     carrier = "http"
 
 

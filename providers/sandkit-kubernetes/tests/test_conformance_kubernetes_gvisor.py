@@ -18,22 +18,9 @@ from typing import Any
 import pytest
 import test_conformance_kubernetes as runc
 from sandkit_kubernetes.provider import KubernetesProvider
-from tests.gvisor_support import assert_in_gvisor, require_runtime_class
+from tests.gvisor_support import assert_in_gvisor, carrier_areas_only, require_runtime_class
 
 from sandkit import SandboxKey, Settings
-from sandkit.testing.conformance import (
-    EditFileTests,
-    GlobTests,
-    GrepTests,
-    ListDirTests,
-    MaskingTests,
-    NameTests,
-    ReadFileTests,
-    ReadOnlyTests,
-    RedactionTests,
-    SymlinkTests,
-    WriteFileTests,
-)
 from sandkit.testing.conformance.shared_box import SUITE_LIMITS
 
 pytestmark = pytest.mark.kubernetes
@@ -143,31 +130,9 @@ class TestKubernetesGvisorStdioConformance(runc.TestKubernetesStdioConformance):
     pass
 
 
+@carrier_areas_only
 class TestKubernetesGvisorHttpConformance(runc.TestKubernetesHttpConformance):
-    """Carrier http in gVisor: what the carrier carries (commands, streams, processes,
-    bytes, async calls) and its lifecycle (agent restarts behind a handle, release,
-    destroy). The operations' own semantics under gVisor's kernel are the stdio class's
-    whole suite above (the same runtime code on the same kernel); on Docker + gVisor both
-    carriers run everything. This keeps CI inside its budget (docs/security.md)."""
-
-
-# The operation areas the stdio class covers in full on the same kernel.
-for _mixin in (
-    ReadFileTests,
-    WriteFileTests,
-    EditFileTests,
-    ListDirTests,
-    GlobTests,
-    GrepTests,
-    RedactionTests,
-    ReadOnlyTests,
-    SymlinkTests,
-    NameTests,
-    MaskingTests,
-):
-    for _name in vars(_mixin):
-        if _name.startswith("test_"):
-            setattr(TestKubernetesGvisorHttpConformance, _name, None)
+    """Carrier http in gVisor: what the carrier carries and its lifecycle."""
 
 
 @pytest.mark.parametrize("carrier", ["stdio", "http"])
