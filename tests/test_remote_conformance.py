@@ -32,6 +32,7 @@ from sandkit.transports.http import HttpTransport
 from sandkit.transports.local_process import agent_opener
 from sandkit.transports.stdio import StdioTransport
 
+from .conformance_areas import carrier_areas_only
 from .remote_support import HttpAgent, config_of, find_rg, start_http_agent
 
 SECRET = "sk-test-7f3a9c1e5b2d-do-not-print"
@@ -154,8 +155,10 @@ class TestSleepingStdioAgentConformance(
         return RemoteSandbox(stdio_transport, SHARED_KEY.sandbox_id, limits=LIMITS.to_limits())
 
 
+@carrier_areas_only
 class TestHttpAgentConformance(_Shared):
-    """The suite through one `agent.pyz --http` on 127.0.0.1."""
+    """The suite through one `agent.pyz --http` on 127.0.0.1: what the carrier carries (the
+    stdio class runs everything; Docker and Kubernetes run all of it over http in boxes)."""
 
     @pytest.fixture
     def sandbox(self, http_agent: HttpAgent) -> Iterator[RemoteSandbox]:

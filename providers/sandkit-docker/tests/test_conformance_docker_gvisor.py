@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import test_conformance_docker as runc
 from sandkit_docker.provider import DockerProvider
-from tests.gvisor_support import assert_in_gvisor, carrier_areas_only, require_docker_runsc
+from tests.conformance_areas import carrier_areas_only
+from tests.gvisor_support import assert_in_gvisor, require_docker_runsc
 
 from sandkit import SandboxKey, Settings
 from sandkit.testing.conformance.shared_box import SUITE_LIMITS

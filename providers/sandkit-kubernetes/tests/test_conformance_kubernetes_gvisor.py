@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import test_conformance_kubernetes as runc
 from sandkit_kubernetes.provider import KubernetesProvider
-from tests.gvisor_support import assert_in_gvisor, carrier_areas_only, require_runtime_class
+from tests.conformance_areas import carrier_areas_only
+from tests.gvisor_support import assert_in_gvisor, require_runtime_class
 
 from sandkit import SandboxKey, Settings
 from sandkit.testing.conformance.shared_box import SUITE_LIMITS
