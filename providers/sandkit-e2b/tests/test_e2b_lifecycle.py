@@ -180,14 +180,22 @@ def test_the_service_timeout_pauses_an_idle_sandbox(
 
 
 def test_a_sandbox_in_use_is_kept_alive(make_provider: Factory, cloud: Cloud, owned: Owned) -> None:
-    provider = make_provider(timeout_s=6, maintenance_interval_s=1)
+    # Event-bound, not clock-bound: the background maintenance must push the service's
+    # timeout out again and again while the box is used (a timeout far above any stall).
+    provider = make_provider(timeout_s=30, maintenance_interval_s=1)
     k = key("keep-alive")
     box = provider.acquire(k)
     (sandbox,) = of_key(owned, k)
-    until = time.monotonic() + 12  # twice the timeout, in use all along
-    while time.monotonic() < until:
+    last_end = cloud.end_at(sandbox.sandbox_id)
+    extensions = 0
+    deadline = time.monotonic() + 120  # only a failure waits this out
+    while extensions < 2:
+        assert time.monotonic() < deadline, "the timeout was never extended while in use"
         box.list_dir()
         time.sleep(0.3)
+        end = cloud.end_at(sandbox.sandbox_id)
+        if end > last_end:
+            extensions, last_end = extensions + 1, end
     assert cloud.state(sandbox.sandbox_id) == "running"
     assert box.execute("echo alive").stdout == "alive\n"
 
