@@ -23,7 +23,8 @@ One run, one provider (`max_running` = --boxes, the bounds printed at the start)
 4. asleep: `provider.sleep_idle_agents()` on every box; --settle-s later, the same;
 5. the first call after the sleep: `read_file` on --wake-sample boxes one after the other
    (each wakes its agent), then the same call again (awake); then one round of `read_file`
-   on every box, --parallel at a time;
+   on every box, --parallel at a time, idle agents put back to sleep every 50 calls, and
+   stopped at the floor;
 6. `shutdown()`: its time, what it raised, the owner's boxes left (listed from the engine).
 
 Targets (issue 14), exit code 1 if one is missed: an idle box <= 6 MiB of host memory
@@ -199,11 +200,28 @@ def memory_now(
     }
 
 
-def read_round(boxes: list[Any], parallel: int) -> dict[str, Any]:
-    """`read_file` of the small file on every box; latency per call, total, failures."""
+def read_round(
+    provider: Any, boxes: list[Any], parallel: int, floor_gib: float = 0.0
+) -> dict[str, Any]:
+    """`read_file` of the small file on every box; latency per call, total, failures.
+    With a floor, agents idle for 5 s go back to sleep every 50 calls (each call wakes
+    one) and the round stops below the floor."""
     failures: list[str] = []
+    done = [0]
+    lock = threading.Lock()
+    stop = threading.Event()
 
     def one(box: Any) -> float | None:
+        if stop.is_set():
+            return None
+        if floor_gib:
+            with lock:
+                done[0] += 1
+                tick = done[0] % 50 == 0
+            if tick:
+                provider.sleep_idle_agents(5.0)
+                if mem_available_mib(samples=1) / 1024 < floor_gib:
+                    stop.set()
         t0 = time.perf_counter()
         try:
             assert box.read_file(f"{WORKSPACE}/small.txt").content == SMALL
@@ -217,6 +235,7 @@ def read_round(boxes: list[Any], parallel: int) -> dict[str, Any]:
         took = [t for t in workers.map(one, boxes) if t is not None]
     return {
         "parallel": parallel,
+        "stopped_at_floor": stop.is_set(),
         "total_s": time.perf_counter() - start,
         "latency": percentiles(took),
         "failures": len(failures),
@@ -315,11 +334,13 @@ def main() -> int:
         log(f"asleep: {slept} agents went to sleep in {r['sleep_s']:.1f} s")
         r["asleep"] = memory_now(provider, boxes, before, args)
         sample = boxes[: args.wake_sample]
-        r["first_call_after_sleep"] = read_round(sample, 1)
-        r["second_call"] = read_round(sample, 1)
+        r["first_call_after_sleep"] = read_round(provider, sample, 1)
+        r["second_call"] = read_round(provider, sample, 1)
         r["wake_cost_ms"] = wake_cost(sample[0], provider.options.python)
         log("a round on every box")
-        r["round"] = read_round(boxes, args.parallel)
+        r["round"] = read_round(provider, boxes, args.parallel, args.floor_gib)
+    except SystemExit:  # SIGTERM: clean up and say what was measured
+        r["interrupted"] = True
     finally:
         log("shutdown")
         start = time.perf_counter()
@@ -363,8 +384,9 @@ def targets(r: dict[str, Any], args: argparse.Namespace) -> list[tuple[str, str,
     n = r.get("boxes", 0)
     got.append((f"{args.boxes} boxes started", str(n), n == args.boxes))
     if "round" in r:
-        failed = r["round"]["failures"]
-        got.append(("a round on every box answered", f"{failed} failed", failed == 0))
+        answered, failed = r["round"]["latency"]["n"], r["round"]["failures"]
+        ok = failed == 0 and answered == n
+        got.append(("a round on every box answered", f"{answered} of {n}, {failed} failed", ok))
     left = r.get("left_after_shutdown")
     got.append(("0 boxes left after shutdown", str(left), left == 0))
     return got
@@ -374,6 +396,8 @@ def report(r: dict[str, Any]) -> None:
     def ms(s: dict[str, Any]) -> str:
         return f"{s['p50'] * 1000:.1f} ms | {s['p95'] * 1000:.1f} ms | {s['n']}"
 
+    if r.get("interrupted"):
+        print("INTERRUPTED (SIGTERM): what was measured until then")
     print(f"run {r['run']}, {r['started']}; bounds {r['bounds']}, {r['parallel']} at a time")
     print(f"load average {r['load_start']} -> full {r.get('load_full')} -> {r['load_end']}")
     print(
@@ -394,6 +418,7 @@ def report(r: dict[str, Any]) -> None:
     for label, name in (("bare container", "bare"), ("agent awake", "awake"), ("asleep", "asleep")):
         if name in r:
             m = r[name]
+            label += f" ({m.get('n') or m.get('boxes') or r.get('boxes')})"
             cells = [m["mib_per_box"], m["cgroup_mib"], m["engine_mib"], accounted(m)]
             print(f"| {label} | " + " | ".join(f"{v:.2f}" for v in cells) + " |")
     print("\n| call | p50 | p95 | n |\n|---|---:|---:|---:|")
@@ -406,7 +431,8 @@ def report(r: dict[str, Any]) -> None:
     if "round" in r:
         x = r["round"]
         print(f"| read_file on every box, {x['parallel']} at a time | {ms(x['latency'])} |")
-        print(f"\nround on every box: {x['total_s']:.1f} s, {x['failures']} failed")
+        stopped = ", stopped at the MemAvailable floor" if x["stopped_at_floor"] else ""
+        print(f"\nround on every box: {x['total_s']:.1f} s, {x['failures']} failed{stopped}")
     if "slept" in r:
         print(f"sleep_idle_agents: {r['slept']} agents in {r['sleep_s']:.1f} s")
     if "wake_cost_ms" in r:
