@@ -33,6 +33,7 @@ import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .policy import Decider, Decision, Policy, PolicyError, load_networks, normalize_host
+from .relay import pump
 
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
@@ -505,7 +506,7 @@ class EgressProxy:
         up_writer: asyncio.StreamWriter,
     ) -> None:
         """CONNECT: bytes both ways; a TLS ClientHello's server name must be allowed too."""
-        down = asyncio.ensure_future(_pump(up_reader, writer))
+        down = asyncio.ensure_future(pump(up_reader, writer))
         first = b""
         try:
             while True:
@@ -625,20 +626,6 @@ def _rewrite(plain: Tuple[str, str, str, List[Tuple[str, str]]], host: str, port
     return ("\r\n".join(lines) + "\r\n\r\n").encode("iso-8859-1")
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            data = await reader.read(CHUNK)
-            if not data:
-                break
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (ConnectionError, OSError, RuntimeError):
-        pass
-
-
 async def _pipe_both(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
@@ -654,8 +641,8 @@ async def _pipe_both(
         with contextlib.suppress(ConnectionError, OSError):
             await up_writer.drain()
     if down is None:
-        down = asyncio.ensure_future(_pump(up_reader, writer))
-    up = asyncio.ensure_future(_pump(reader, up_writer))
+        down = asyncio.ensure_future(pump(up_reader, writer))
+    up = asyncio.ensure_future(pump(reader, up_writer))
     try:
         await down
     finally:

@@ -36,7 +36,7 @@ def _unreachable_response() -> bytes:
     )
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
             data = await reader.read(CHUNK)
@@ -58,7 +58,7 @@ async def splice(
 ) -> None:
     """Both directions until both are done (half-closes passed on), then close."""
     try:
-        await asyncio.gather(_pump(a_reader, b_writer), _pump(b_reader, a_writer))
+        await asyncio.gather(pump(a_reader, b_writer), pump(b_reader, a_writer))
     finally:
         for writer in (a_writer, b_writer):
             with contextlib.suppress(Exception):

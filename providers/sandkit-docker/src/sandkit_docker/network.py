@@ -51,6 +51,7 @@ from docker.types import Mount as DockerMount
 
 from sandkit.boxkit import AGENT_DIR, AGENT_PATH, netstate
 from sandkit.errors import ErrorCode, SandboxError
+from sandkit.net.cli import control as net_control
 from sandkit.net.policy import load_networks
 from sandkit.net.proxy import own_addresses, short_unix_path
 from sandkit.network import Endpoint
@@ -353,23 +354,7 @@ class DockerNet:
         )
 
     def control(self, request: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
-        path, done = short_unix_path(str(self.root / "control.sock"))
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(timeout)
-            sock.connect(path)
-            sock.sendall(json.dumps(request).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        finally:
-            sock.close()
-            done()
-        reply: dict[str, Any] = json.loads(data or b"{}")
-        return reply
+        return net_control(str(self.root), request, timeout)
 
     def sync(self) -> None:
         """Make the proxy read the state now (a box's new listener exists on return)."""
