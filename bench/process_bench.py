@@ -1,6 +1,7 @@
 """Processes benchmarks (issue 12): streamed output, background processes, execute's cost.
 
     python3 bench/process_bench.py [--provider docker|kubernetes|both] [--lines 200] [--json]
+        [--image IMAGE] [--k8s-image IMAGE]
     (kubernetes: export KUBECONFIG=$(deploy/dev-cluster/up.sh) first)
 
 In one run, per provider, against one warm box (carrier stdio):
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -206,11 +208,17 @@ def docker_provider(data_root: Path, image: str, stream_bytes: int) -> tuple[Any
 
 
 def kubernetes_provider(data_root: Path, image: str, stream_bytes: int) -> tuple[Any, Any]:
+    from kubernetes import client, config
     from kubernetes.stream import stream
     from sandkit_kubernetes.provider import KubernetesProvider
     from sandkit_kubernetes.spec import CONTAINER
 
     owner = f"bench-{uuid.uuid4().hex[:8]}"
+    # A namespace of its own (the chart's `sandkit` need not exist), deleted at shutdown.
+    namespace = f"{owner}-ns"
+    config.load_kube_config()
+    core = client.CoreV1Api()
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     settings = Settings(
         data_root=data_root,
         limits={"exec_stream_bytes": stream_bytes, "exec_max_timeout_s": 3600},
@@ -219,13 +227,26 @@ def kubernetes_provider(data_root: Path, image: str, stream_bytes: int) -> tuple
                 "image": image,
                 "image_pull_policy": "Never",
                 "owner": owner,
+                "namespace": namespace,
                 "reap_interval_s": 0,
             }
         },
     )
     provider = KubernetesProvider(settings)
-    box = provider.acquire(SandboxKey("bench", "processes"))
-    namespace = provider.options.namespace
+    shutdown = provider.shutdown
+
+    def shutdown_and_clean() -> None:
+        try:
+            shutdown()
+        finally:
+            core.delete_namespace(namespace)
+
+    provider.shutdown = shutdown_and_clean  # type: ignore[method-assign]
+    try:
+        box = provider.acquire(SandboxKey("bench", "processes"))
+    except BaseException:
+        provider.shutdown()
+        raise
 
     def open_exec(command: str) -> Any:
         return stream(
@@ -266,7 +287,8 @@ def kubernetes_provider(data_root: Path, image: str, stream_bytes: int) -> tuple
 def run(name: str, factory: Callable[..., Any], args: argparse.Namespace) -> dict[str, Any]:
     data_root = Path(tempfile.mkdtemp(prefix="sandkit-bench-"))
     size = args.mib * MIB
-    provider, (box, exec_read, exec_count) = factory(data_root, args.image, size + MIB)
+    image = args.k8s_image if name == "kubernetes" else args.image
+    provider, (box, exec_read, exec_count) = factory(data_root, image, size + MIB)
     try:
         box.execute("true")
         return {
@@ -318,12 +340,20 @@ def main() -> int:
     parser.add_argument(
         "--image", default=os.environ.get("SANDKIT_TEST_IMAGE") or "sandkit/base:debian12"
     )
+    parser.add_argument(
+        "--k8s-image",
+        default=os.environ.get("SANDKIT_K8S_TEST_IMAGE") or "docker.io/sandkit/sandbox:debian12",
+        help="the image in the cluster's runtime (the dev cluster's, as the provider tests)",
+    )
     parser.add_argument("--lines", type=int, default=200, help="ticker lines per latency run")
     parser.add_argument("--mib", type=int, default=256, help="MiB for the throughput run")
     parser.add_argument("--spawns", type=int, default=100)
     parser.add_argument("--execs", type=int, default=100)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    # A SIGTERM (a `timeout` wrapper) unwinds like Ctrl-C, so the boxes (and on
+    # Kubernetes the run's namespace) are removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     factories = {"docker": docker_provider, "kubernetes": kubernetes_provider}
     names = list(factories) if args.provider == "both" else [args.provider]
     results = {name: run(name, factories[name], args) for name in names}
