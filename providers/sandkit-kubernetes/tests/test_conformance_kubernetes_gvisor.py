@@ -114,7 +114,11 @@ def http_provider(
     claim_root: Path, options_for: Callable[..., dict[str, Any]], runtime_class: str
 ) -> Iterator[KubernetesProvider]:
     options = options_for(
-        carrier="http", storage="pvc", pvc_claim_name=CLAIM, runtime_class_name=runtime_class
+        carrier="http",
+        storage="pvc",
+        pvc_claim_name=CLAIM,
+        pvc_mount_path=str(claim_root),  # where this backend sees the claim (uploads)
+        runtime_class_name=runtime_class,
     )
     settings = Settings(
         data_root=claim_root,
