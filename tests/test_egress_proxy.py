@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import http.server
 import json
 import os
@@ -37,6 +36,8 @@ from sandkit.net.proxy import (
     parse_head,
     split_authority,
 )
+
+from .net_support import make_certificate
 
 FAKE_PUBLIC = "93.184.216.34"  # decided on, never connected to
 BOUND_S = 20.0
@@ -97,41 +98,9 @@ def upstream() -> Iterator[int]:
     server.server_close()
 
 
-def _self_signed(tmp: Path, names: list[str]) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 @pytest.fixture
 def tls_upstream(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    cert, key = _self_signed(tmp_path, ["pkg.test", "other.test"])
+    cert, key = make_certificate(tmp_path, ["pkg.test", "other.test"])
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
