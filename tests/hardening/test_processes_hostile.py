@@ -602,7 +602,7 @@ def _stream_ended(stream: tuple[threading.Thread, dict[str, Any]], what: str) ->
 
 
 def test_release_and_shutdown_end_everything(
-    target: Target, make_provider: Callable[..., SandboxProvider], request: pytest.FixtureRequest
+    target: Target, make_provider: Callable[..., SandboxProvider]
 ) -> None:
     """Two boxes, each with a SIGTERM-ignoring process group, a plain one and a running
     stream. The release of one ends all of them (the next acquire knows none of them).
@@ -610,13 +610,6 @@ def test_release_and_shutdown_end_everything(
     sandkit's but the box's: a release that keeps the box (E2B's pause) keeps it too,
     the shutdown ends it with the box. Then nothing of either box runs, in the box or on
     this host."""
-    if target.kind == "e2b":
-        # Found by this case, not fixed yet (every run): release pauses the sandbox after
-        # end_processes and stopping the agent, but a command the agent was running (here
-        # the stream's) is not ended with it, so it survives the pause and runs on after
-        # the resume. The agent should end its calls' groups when it exits.
-        reason = "E2B release: the command of a stream in flight survives the pause"
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
     provider = make_provider(limits=PROCESS_LIMITS)
     released, shut = (SandboxKey("hardening", f"{n}-{uuid.uuid4().hex[:8]}") for n in "rs")
     marks = {key: marker("end") for key in (released, shut)}  # local sees both boxes'

@@ -214,7 +214,7 @@ class AgentCore:
         """Run a streaming request: each event goes out through `send` (one frame) as it
         happens; returns the final response, or None when the client went away (a failed
         send or a cancel ends the command)."""
-        from ..runtime.process import Cancel, Cancelled
+        from ..runtime.cancel import Cancel, Cancelled
 
         runtime = self._runtime
         if runtime is None:

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..runtime.process import Cancel, Cancelled
+from ..runtime.cancel import Cancel, Cancelled
 from ..transports.base import StreamCall
 
 Run = Callable[[Callable[[dict[str, Any]], None], Cancel], Any]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
+from .cancel import Calls
 from .limits import Limits
 from .pathmap import PathMapping
 
@@ -62,3 +63,5 @@ class Context:
     bounds: Optional[CommandBounds] = None
     # Background processes (spawn and friends); None: this sandbox runs none.
     processes: Optional[ProcessHost] = None
+    # The commands of calls in flight, which `end_processes` ends too.
+    calls: Calls = dataclasses.field(default_factory=Calls)

@@ -17,10 +17,10 @@ import select
 import selectors
 import signal
 import subprocess
-import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
+from .cancel import Cancel, Cancelled
 from .capture import HeadTail, Redactor, margin_for
 from .context import BOUNDS_FAILED, Context
 from .errors import ErrorCode, SandboxError
@@ -45,43 +45,6 @@ class Sink(Protocol):
     """Where a pipe's bytes go (a HeadTail, or a tap that also streams them)."""
 
     def feed(self, data: bytes) -> None: ...
-
-
-class Cancelled(Exception):
-    """The consumer of a stream went away; the command's group was ended."""
-
-
-class Cancel:
-    """Set from any thread; wakes a running command's reader at once (a pipe)."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._read, self._write = os.pipe()
-        self._closed = False
-
-    def set(self) -> None:
-        with self._lock:
-            if self._event.is_set() or self._closed:
-                return
-            self._event.set()
-            with contextlib.suppress(OSError):
-                os.write(self._write, b"x")
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def fileno(self) -> int:
-        return self._read
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            for fd in (self._read, self._write):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
 
 
 def _exited_or(proc: "subprocess.Popen[bytes]", cancel: Optional[Cancel]) -> Callable[[], bool]:
@@ -517,12 +480,31 @@ def _execute(
         taps = [_Tap("stdout", out, ctx, emit), _Tap("stderr", err, ctx, emit)]
         sinks = list(taps)
     started = time.monotonic()
+    own = cancel is None  # a plain execute: a release may still end it
+    call = Cancel() if cancel is None else cancel
     try:
-        exit_code = _run(
-            launch.argv, launch.cwd, launch.env, seconds, sinks[0], sinks[1], launch.preexec, cancel
-        )
+        with ctx.calls.running(call):
+            exit_code = _run(
+                launch.argv,
+                launch.cwd,
+                launch.env,
+                seconds,
+                sinks[0],
+                sinks[1],
+                launch.preexec,
+                call,
+            )
     except (subprocess.SubprocessError, OSError, ValueError) as exc:
         raise start_failure(ctx, exc) from None
+    except Cancelled:
+        if call.ended:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE, "the sandbox was released while the command ran"
+            ) from None
+        raise
+    finally:
+        if own:
+            call.close()
     duration_ms = (time.monotonic() - started) * 1000.0
     for tap in taps:
         tap.finish()

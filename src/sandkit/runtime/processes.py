@@ -487,5 +487,8 @@ def list_processes(ctx: Context) -> Dict[str, Any]:
 def end_processes(ctx: Context) -> Dict[str, Any]:
     """End every running background process (TERM, KILL after a grace); the ones ended.
 
-    Providers call it before a release that would otherwise keep them (a paused VM)."""
-    return _host(ctx).end_all()
+    Providers call it before a release that would otherwise keep them (a paused VM), so it
+    ends the commands of calls in flight (execute, streams) as well: they fail UNAVAILABLE."""
+    host = _host(ctx)
+    ctx.calls.end_all(wait_s=process.TERM_GRACE_S + 5.0)
+    return host.end_all()

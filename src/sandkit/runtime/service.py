@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Mapping, Optional
 
+from .cancel import Cancel
 from .capture import Redactor
 from .context import Context
 from .errors import ErrorCode, SandboxError
 from .operations import OPERATIONS, Operation
 from .oserrors import to_sandbox_error
-from .process import Cancel
 
 _PARAMETERS = {name: frozenset(op.parameter_names) for name, op in OPERATIONS.items()}
 

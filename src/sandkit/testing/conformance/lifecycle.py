@@ -149,6 +149,37 @@ class LifecycleTests(ConformanceBase):
             prov.release(fresh_key)
         assert info.handle not in listed or not listed[info.handle].running
 
+    def test_release_ends_a_command_in_flight(
+        self, prov: SandboxProvider, fresh_key: SandboxKey
+    ) -> None:
+        """A stream still running when its box is released ends, and so does its command,
+        also where the release keeps the box (a paused VM would otherwise resume it)."""
+        mark = unique("inflight")
+        box = prov.acquire(fresh_key)
+        stream = iter(box.execute_stream(f"echo go; exec -a {mark} sleep 300", timeout=300))
+        assert next(stream).text == "go\n"  # type: ignore[union-attr]
+        outcome: list[BaseException | None] = []
+
+        def drain() -> None:
+            try:
+                for _ in stream:
+                    pass
+            except BaseException as exc:  # the stream's end, handed to the test
+                outcome.append(exc)
+            else:
+                outcome.append(None)
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        prov.release(fresh_key)
+        reader.join(BOUND_S)
+        assert not reader.is_alive(), f"the stream still runs {BOUND_S} s after the release"
+        assert outcome[0] is None or isinstance(outcome[0], SandboxError), repr(outcome[0])
+        # /proc, not ps: any image has it. The [b]racket keeps grep from matching itself.
+        pattern = f"[{mark[0]}]{mark[1:]}"
+        find = f"cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '{pattern}'"
+        assert prov.acquire(fresh_key).execute(find).stdout.strip() == "0"
+
     def test_idle_reaping_spares_a_box_whose_processes_run(
         self, prov: SandboxProvider, fresh_key: SandboxKey
     ) -> None:
