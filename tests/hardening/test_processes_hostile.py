@@ -490,16 +490,9 @@ def test_box_killed_while_streaming(
     target: Target,
     make_provider: Callable[..., SandboxProvider],
     data_root: Path,
-    request: pytest.FixtureRequest,
 ) -> None:
     """A sync and an async stream end with UNAVAILABLE when the box dies under them; the
     next acquire works and knows nothing of the old box's processes."""
-    if target.kind == "docker-gvisor":
-        # Found by this case, not fixed yet: the engine's exec stream of a runsc container
-        # that is SIGKILLed sometimes stays open (about 1 run in 4 here), and the call waits
-        # on it; nothing in the Docker transport notices the container's death then.
-        reason = "Docker + runsc: an exec stream may stay open after the container dies"
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
     if not target.can_kill_box:
         _local_provider_killed_while_streaming(target, make_provider, data_root)
         return

@@ -224,6 +224,27 @@ def test_container_killed_mid_operation(provider: DockerProvider, docker_client:
     assert box.read_file("precious.txt").content == "intact\n"
 
 
+def test_the_engine_s_die_event_ends_the_channel_into_the_box(
+    provider: DockerProvider, docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider does not wait for the exec stream to notice a death (under gVisor it
+    sometimes never does): the engine's die event ends the channel into that box only."""
+    died: list[SandboxKey] = []
+    real = provider._box_died
+    monkeypatch.setattr(provider, "_box_died", lambda box: (died.append(box.key), real(box)))
+    alive, killed = key("die-alive"), key("die-killed")
+    for k in (alive, killed):
+        assert provider.acquire(k).execute("echo up").stdout == "up\n"
+    containers_of(docker_client, killed)[0].kill()
+    deadline = time.monotonic() + 30.0
+    while killed not in died and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert died == [killed]
+    assert provider._boxes.box(killed).suspect
+    assert provider.acquire(alive).execute("echo still").stdout == "still\n"
+    assert provider.acquire(killed).execute("echo back").stdout == "back\n"
+
+
 def test_a_dead_agent_is_replaced_transparently(
     provider: DockerProvider, docker_client: Any
 ) -> None:

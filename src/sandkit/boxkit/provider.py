@@ -253,6 +253,14 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
             sandbox.close()
         box.http.replace(None)
 
+    def _box_died(self, box: B) -> None:
+        """The platform reported the box dead (an event, not a guess): end its channel,
+        so a call waiting on it fails UNAVAILABLE now, not when its own timeout passes."""
+        box.suspect = True
+        stream = box.stream
+        if stream is not None:
+            stream.close()
+
     def _stop_ends_processes(self) -> bool:
         """Does stopping a box end what runs in it? (Not for a VM that is paused.)"""
         return True

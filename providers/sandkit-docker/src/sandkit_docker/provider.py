@@ -46,6 +46,7 @@ from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
 
 from .client import connect
+from .deaths import DeathWatch
 from .errors import engine_error
 from .network import LABEL_ROLE, DockerNet
 from .options import DockerOptions
@@ -108,7 +109,10 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         self._network_lock = threading.Lock()
         self._pulled = False
         self._payload_path: str | None = None
-        super().__init__(settings, DockerOptions, _Box)  # last: it may start the pool
+        super().__init__(settings, DockerOptions, _Box)  # it may start the pool
+        self._deaths = DeathWatch(
+            lambda: self.client, f"{LABEL_OWNER}={self.owner}", self._container_died
+        )
 
     # -- engine ---------------------------------------------------------------------
 
@@ -193,6 +197,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 raise engine_error(exc, f"shutting down {container.name}") from None
 
     def _after_shutdown(self, handles: Sequence[Any]) -> None:
+        self._deaths.stop()
         if self.options.shutdown == "remove":  # unclaimed pool boxes' storage
             shutil.rmtree(self._pool_root(), ignore_errors=True)
             if self.net.enabled:  # the proxy went with the boxes; their state goes now
@@ -705,7 +710,23 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             box.dead = True
             raise engine_error(exc, "starting the agent") from None
         box.agent_tag, box.agent_container = tag, container_id
+        self._deaths.start()
         return stream
+
+    def _container_died(self, container_id: str) -> None:
+        """The engine says a container of ours died: end the channels into it, unless it
+        runs again already (a restart after the event was sent)."""
+        boxes = [b for b in self._boxes.current() if b.agent_container == container_id]
+        if not boxes:
+            return
+        try:
+            if _running(self._inspect_name(container_id) or {}):
+                return
+        except Exception as exc:  # the engine is in trouble: the next call will say so
+            log.debug("inspecting container %s after its death: %s", container_id[:12], exc)
+            return
+        for box in boxes:
+            self._box_died(box)
 
     def _end_agent(self, container_id: str, tag: str) -> None:
         """End the agent a new channel replaces, if it still runs.
