@@ -412,5 +412,15 @@ class _HttpStream(StreamCall):
             self._conn.close()
             return
         self._done = True
-        self._conn.close()  # the agent's next write fails, which ends the command
+        self._hang_up()  # the agent's next write fails, which ends the command
         self._transport._cancel(self._id)  # and at once, even if it prints nothing
+
+    def _hang_up(self) -> None:
+        """Close the connection, also under a reader blocked on it in another thread: only
+        shutdown wakes that read (close alone leaves the socket open while the response
+        holds it, so neither side would see the end until the read timeout)."""
+        sock = self._conn.sock
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._conn.close()

@@ -132,7 +132,10 @@ class StreamTests(ConformanceBase):
                 return items, int(item.text.split(":")[1])
             raise AssertionError("no output")
 
-        items, pid = asyncio.run(run())
+        started = time.monotonic()
+        items, pid = asyncio.run(run())  # returns once the stream's reader thread is done
+        spent = time.monotonic() - started
+        assert spent < BOUND_S, f"leaving an async stream took {spent:.0f} s (a reader hung)"
         chunks, result = _split(items)
         assert _text(chunks, "stdout") == "a\n" and _text(chunks, "stderr") == "b\n"
         assert result.exit_code == 0
