@@ -4,10 +4,12 @@
 #   deploy/dev-cluster/down.sh
 #
 # Stops only processes recorded in its PID files (checked against their executables), in the
-# reverse order of start: scheduler and controller-manager, kubelet (then every container
-# still running is killed through containerd), apiserver, etcd, containerd. Afterwards it
+# reverse order of start: the NetworkPolicy enforcer (SANDKIT_NETPOL=1), scheduler and
+# controller-manager, kubelet (then every container still running is killed through
+# containerd), apiserver, etcd, containerd. Afterwards it
 # unmounts whatever is still mounted below the cluster's own directories, deletes the pod
-# bridge, its veths, its iptables FORWARD rule and libcni's cached results, removes the kubelet's pod cgroups,
+# bridge, its veths, its iptables FORWARD rule, the NetworkPolicy enforcer's nftables table
+# and libcni's cached results, removes the kubelet's pod cgroups,
 # restores the kernel settings the kubelet changed, and deletes the cluster state (PKI, etcd
 # data, containerd root). Kept: the build cache
 # (/var/cache/sandkit/k8s) and the daemon logs (/var/log/sandkit-k8s). Safe to run twice.
@@ -109,8 +111,17 @@ forward_rule_present() {
     command -v iptables >/dev/null 2>&1 && iptables -w -C $FORWARD_RULE 2>/dev/null
 }
 
+netpol_table_present() {
+    command -v nft >/dev/null 2>&1 && nft list table inet "$NETPOL_TABLE" >/dev/null 2>&1
+}
+
 remove_network() {
     local veth
+    # The enforcer removes its table when it stops; a killed one leaves it behind.
+    if netpol_table_present; then
+        say "deleting the nftables table inet $NETPOL_TABLE"
+        nft delete table inet "$NETPOL_TABLE" || say "warning: could not delete table inet $NETPOL_TABLE"
+    fi
     while forward_rule_present; do
         # shellcheck disable=SC2086
         iptables -w -D $FORWARD_RULE || break
@@ -172,13 +183,21 @@ remove_files() {
 }
 
 main() {
-    local t0
+    local t0 pid
     t0=$(now)
     if [ ! -d "$RUN" ] && [ ! -d "$STATE" ] && ! ip link show "$BRIDGE" >/dev/null 2>&1 \
-        && ! forward_rule_present; then
+        && ! forward_rule_present && ! netpol_table_present; then
         say "nothing to take down"
         return 0
     fi
+    # The NetworkPolicy enforcer (SANDKIT_NETPOL=1) first: it needs the apiserver to stop cleanly.
+    pid=$(stale_netpol_pid)
+    if [ -n "$pid" ]; then # its binary was rebuilt since it started
+        say "stopping $NETPOL_NAME of an older build (PID $pid)"
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 1 200); do alive "$pid" || break; sleep 0.05; done
+    fi
+    stop_component "$NETPOL_NAME" 10
     stop_component kube-scheduler 10 &
     stop_component kube-controller-manager 10 &
     wait

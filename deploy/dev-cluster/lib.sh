@@ -48,6 +48,18 @@ GVISOR=${SANDKIT_GVISOR:-0}
 GVISOR_HANDLER=runsc
 GVISOR_CLASS=gvisor
 
+# NetworkPolicy enforcement (SANDKIT_NETPOL=1): sigs.k8s.io/kube-network-policies, built from
+# gomod/netpol as sandkit-netpol and run on the host. It hands the first packet of each new
+# connection of a pod that a NetworkPolicy selects to userspace (an nftables table in the inet
+# family, NFQUEUE) and accepts or drops it. Not in $COMPONENTS: a cluster without it is whole.
+NETPOL=${SANDKIT_NETPOL:-0}
+NETPOL_NAME=sandkit-netpol
+NETPOL_DIR=$CACHE/netpol
+NETPOL_TABLE=kube-network-policies
+NETPOL_QUEUE=${SANDKIT_NETPOL_QUEUE:-100}
+# The enforcer sets it on the node while it runs: how tests (test_k8s_netpol.py) know.
+NETPOL_ANNOTATION=sandkit.dev/network-policy
+
 PAUSE_IMAGE=docker.io/sandkit/pause:1
 SANDBOX_IMAGE=${SANDKIT_K8S_SANDBOX_IMAGE:-docker.io/sandkit/sandbox:debian12}
 SANDBOX_UID=1000
@@ -91,6 +103,7 @@ binary_of() {
     case "$1" in
         containerd) command -v containerd ;;
         etcd) echo "$ETCD_DIR/etcd" ;;
+        "$NETPOL_NAME") echo "$NETPOL_DIR/bin/$NETPOL_NAME" ;;
         *) echo "$BIN_DIR/$1" ;;
     esac
 }
@@ -102,6 +115,17 @@ our_pid() {
     read -r pid exe <"$file" || true
     case "$pid" in '' | *[!0-9]*) return 0 ;; esac
     [ "$(readlink "/proc/$pid/exe" 2>/dev/null || true)" = "$exe" ] && echo "$pid"
+    return 0
+}
+
+# The PID of an enforcer whose binary has been rebuilt since it started (our_pid no longer
+# recognises it), if one runs.
+stale_netpol_pid() {
+    local pid exe
+    [ -f "$PIDS/$NETPOL_NAME.pid" ] || return 0
+    read -r pid exe <"$PIDS/$NETPOL_NAME.pid" || true
+    case "$pid" in '' | *[!0-9]*) return 0 ;; esac
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null || true)" = "$exe (deleted)" ] && echo "$pid"
     return 0
 }
 

@@ -26,6 +26,11 @@
 # containerd is restarted with the new handler (running pods keep running; the kubelet
 # reconnects), then the RuntimeClass is created.
 #
+# SANDKIT_NETPOL=1 also enforces NetworkPolicy: sigs.k8s.io/kube-network-policies (built from
+# gomod/netpol, patched to queue packets with the xtables NFQUEUE target) runs on the host as
+# sandkit-netpol with the admin kubeconfig, and annotates the node (sandkit.dev/network-policy)
+# while it runs. On a cluster that is already up it is only added (nothing else restarts).
+#
 # Environment: SANDKIT_K8S_VERSION (v1.34.4), SANDKIT_K8S_NODE_IP (eth0's address),
 # SANDKIT_K8S_NICE (19: builds only take idle CPU), SANDKIT_K8S_GO_PARALLEL (2),
 # SANDKIT_DEBIAN_MIRROR (first URI of /etc/apt/sources.list.d/debian.sources), and the paths
@@ -299,6 +304,7 @@ build_all() {
     cat "$images_log" >&2
     rm -f "$images_log"
     [ "$rc" = 0 ] || die "go build of Kubernetes $K8S_VERSION failed"
+    if [ "$NETPOL" = 1 ]; then build_netpol; fi
     T_BUILD=$(since "$t0")
 }
 
@@ -835,6 +841,119 @@ enable_gvisor() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# NetworkPolicy enforcement (SANDKIT_NETPOL=1): kube-network-policies as the host process
+# sandkit-netpol, built from gomod/netpol; adding it to a cluster that is up restarts nothing.
+
+NETPOL_PATCH=1 # bump when build_netpol's patch of kube-network-policies changes
+
+netpol_version() { awk '$1 == "sigs.k8s.io/kube-network-policies" {print $2; exit}' "$HERE/gomod/netpol/go.mod"; }
+
+netpol_stamp() {
+    local mod=$HERE/gomod/netpol
+    echo "$(cat "$mod/go.mod" "$mod/go.sum" "$mod/main.go" "$mod/xtqueue/xtqueue.go" | sha256sum | cut -c1-16)-p$NETPOL_PATCH-$(go env GOVERSION)"
+}
+
+# A copy of the module with its nftables `queue` expressions (nft_queue, missing from some
+# kernels) replaced by the xtables NFQUEUE target (gomod/netpol/xtqueue/xtqueue.go), then the
+# command of gomod/netpol/main.go built against it. Runs in a subshell (its own EXIT trap).
+build_netpol() (
+    local mod=$HERE/gomod/netpol version stamp work src patched t0
+    version=$(netpol_version)
+    stamp=$(netpol_stamp)
+    if [ "$(cat "$NETPOL_DIR/bin/.stamp" 2>/dev/null || true)" = "$stamp" ]; then
+        say "$NETPOL_NAME (kube-network-policies $version) cached in $NETPOL_DIR/bin"
+        return 0
+    fi
+    say "building $NETPOL_NAME (sigs.k8s.io/kube-network-policies $version) from the Go module" \
+        "proxy (nice $NICE, -p $GO_PARALLEL)"
+    t0=$(now)
+    mkdir -p "$NETPOL_DIR"
+    work=$(mktemp -d "$NETPOL_DIR/.build.XXXXXX")
+    # shellcheck disable=SC2064
+    trap "rm -rf '$work'" EXIT
+    cp "$mod/go.mod" "$mod/go.sum" "$mod/main.go" "$work/"
+    src=$(cd "$work" && GOFLAGS=-mod=readonly go mod download -json sigs.k8s.io/kube-network-policies \
+        | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+    [ -d "$src" ] || die "sigs.k8s.io/kube-network-policies@$version is not in the module cache"
+    cp -r "$src" "$work/knp"
+    chmod -R u+w "$work/knp"
+    patched=$work/knp/pkg/networkpolicy
+    cp "$mod/xtqueue/xtqueue.go" "$patched/zz_sandkit_xtqueue.go"
+    sed -i 's/^\(\t*\)queue,$/\1sandkitXTQueue(queue),/' "$patched/controller.go"
+    if [ "$(grep -c 'sandkitXTQueue(queue),$' "$patched/controller.go")" != 10 ] \
+        || grep -q '^[[:space:]]*queue,$' "$patched/controller.go"; then
+        die "the NFQUEUE patch no longer fits kube-network-policies $version (controller.go changed)"
+    fi
+    echo "replace sigs.k8s.io/kube-network-policies => ./knp" >>"$work/go.mod"
+    (cd "$work" && env CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-buildvcs=false -mod=readonly" \
+        nice -n "$NICE" go build -p "$GO_PARALLEL" -trimpath -ldflags "-s -w" -o "$work/$NETPOL_NAME" .)
+    mkdir -p "$NETPOL_DIR/bin"
+    mv -f "$work/$NETPOL_NAME" "$NETPOL_DIR/bin/$NETPOL_NAME"
+    echo "$stamp" >"$NETPOL_DIR/bin/.stamp"
+    say "built $NETPOL_NAME in $(since "$t0") s"
+)
+
+# What the enforcer needs from the host: the kernel's nfnetlink_queue, the nft command (only
+# for the readiness check here and the clean-up in down.sh; the enforcer speaks netlink), and
+# bridged IPv4 traffic passing through the IP hooks (br_netfilter), else pod-to-pod traffic on
+# the bridge is never seen.
+netpol_check_host() {
+    [ -e /proc/net/netfilter/nfnetlink_queue ] \
+        || die "the kernel has no nfnetlink_queue (CONFIG_NETFILTER_NETLINK_QUEUE): no NetworkPolicy enforcement here"
+    if ! command -v nft >/dev/null 2>&1; then
+        say "installing from Debian: nftables"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -qq --no-install-recommends nftables >/dev/null 2>&1 \
+            || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables >/dev/null; }
+    fi
+    [ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null)" = 1 ] && return 0
+    [ -w "/sys/class/net/$BRIDGE/bridge/nf_call_iptables" ] \
+        || die "bridged traffic bypasses netfilter (net.bridge.bridge-nf-call-iptables is not 1 and there is no $BRIDGE yet)"
+    echo 1 >"/sys/class/net/$BRIDGE/bridge/nf_call_iptables"
+}
+
+# Its table is in the kernel (the rules loaded, queue verdicts included) and it listens on the queue.
+netpol_ready() {
+    nft list table inet "$NETPOL_TABLE" >/dev/null 2>&1 \
+        && awk -v q="$NETPOL_QUEUE" '$1 == q {found = 1} END {exit !found}' /proc/net/netfilter/nfnetlink_queue
+}
+
+# SIGTERM to a PID, and wait (up to 10 s) until it is gone or a zombie.
+stop_pid() {
+    kill -TERM "$1" 2>/dev/null || return 0
+    for _ in $(seq 1 100); do
+        [ -e "/proc/$1" ] || return 0
+        [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ] && return 0
+        sleep 0.1
+    done
+}
+
+enable_netpol() {
+    local t0 pid
+    t0=$(now)
+    T0_START=$t0
+    netpol_check_host
+    build_netpol
+    pid=$(our_pid "$NETPOL_NAME")
+    if [ -n "$pid" ] && netpol_ready; then
+        say "NetworkPolicy enforcement: $NETPOL_NAME runs (PID $pid)"
+    else
+        # Not ready, or an older build: started afresh (it removes its table when it stops).
+        pid=${pid:-$(stale_netpol_pid)}
+        if [ -n "$pid" ]; then stop_pid "$pid"; fi
+        NETPOL_STARTING=1
+        # The annotation is the enforcer's own: set when it starts, removed when it stops.
+        start_daemon "$NETPOL_NAME" --kubeconfig "$KUBECONFIG_ADMIN" --node-name "$(node_name)" \
+            --nfqueue-id "$NETPOL_QUEUE" \
+            --node-annotation "$NETPOL_ANNOTATION=kube-network-policies/$(netpol_version)"
+        wait_until "$NETPOL_NAME (nftables table inet $NETPOL_TABLE, queue $NETPOL_QUEUE)" \
+            "$NETPOL_NAME" 60 netpol_ready
+        NETPOL_STARTING=0
+    fi
+    say "NetworkPolicy enforcement by kube-network-policies $(netpol_version): $(since "$t0") s"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 cluster_healthy() {
     local name
@@ -863,6 +982,10 @@ summary() {
 on_exit() {
     local rc=$?
     [ "$rc" = 0 ] && return 0
+    # An enforcer that did not come up is stopped again (fail-closed: it must not half-run).
+    if [ "${NETPOL_STARTING:-0}" = 1 ] && [ -n "$(our_pid "$NETPOL_NAME")" ]; then
+        kill -TERM "$(our_pid "$NETPOL_NAME")" 2>/dev/null || true
+    fi
     [ "${STARTED:-0}" = 1 ] || return 0
     if [ "${SANDKIT_K8S_KEEP_ON_FAILURE:-0}" = 1 ]; then
         say "failed; leaving the cluster as it is (SANDKIT_K8S_KEEP_ON_FAILURE=1); down.sh cleans up"
@@ -890,6 +1013,10 @@ main() {
             gvisor_runtime_class
             if [ "$SMOKE" = 1 ]; then gvisor_smoke; fi
         fi
+        if [ "$NETPOL" = 1 ]; then
+            trap on_exit EXIT
+            enable_netpol
+        fi
         summary
         echo "$KUBECONFIG_ADMIN"
         return 0
@@ -914,6 +1041,7 @@ main() {
         gvisor_runtime_class
         if [ "$SMOKE" = 1 ]; then gvisor_smoke; fi
     fi
+    if [ "$NETPOL" = 1 ]; then enable_netpol; fi
     say "timings: build ${T_BUILD} s, start ${T_START} s, pod create→Running ${T_POD:-n/a} s," \
         "total $(since "$t_total") s"
     summary
