@@ -292,3 +292,33 @@ def test_the_stand_in_refuses_calls_the_real_sdk_would_refuse() -> None:
         StandinCommands.run(object(), "true", background_mode=True)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         StandinFiles.write(object(), "/p")  # type: ignore[arg-type]
+
+
+def test_files_deeper_than_path_max_on_the_host_go_back_and_forth(tmp_path: Path) -> None:
+    """A box may create a file 4 KiB below its mount; on the host its path is longer than
+    PATH_MAX. Copying it back (release, shutdown) and seeding a new box from it must work,
+    or one such file fails every later shutdown of the owner."""
+    data_root = tmp_path / "data"
+    workspace = data_root / "users/u/threads/t/user-data/workspace"
+    workspace.mkdir(parents=True)
+    deep = "/".join(["d" * 250] * 16) + "/file.txt"  # 4,025 characters below the mount
+    assert len(str(workspace / deep)) > os.pathconf("/", "PC_PATH_MAX")
+    archive = _tar(
+        [
+            (_info("mnt/user-data/workspace/top.txt"), b"top"),
+            (_info(f"mnt/user-data/workspace/{deep}"), b"deep down"),
+        ]
+    )
+    mount = Mount("/mnt/user-data/workspace", str(workspace), False)
+    apply_archive([archive], data_root, [mount])
+    assert (workspace / "top.txt").read_text() == "top"
+    seed = build_seed([mount])
+    assert seed is not None
+    with seed, tarfile.open(fileobj=seed) as tar:
+        files = {m.name: tar.extractfile(m) for m in tar.getmembers() if m.isreg()}
+        contents = {name: f.read() for name, f in files.items() if f is not None}
+    assert contents == {
+        "mnt/user-data/workspace/top.txt": b"top",
+        f"mnt/user-data/workspace/{deep}": b"deep down",
+    }
+    assert [p.name for p in data_root.iterdir()] == ["users"]  # the staging went, deep and all

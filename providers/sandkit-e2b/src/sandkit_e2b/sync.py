@@ -7,6 +7,12 @@ first (when `sync_back`). Archives from the sandbox are untrusted: only
 regular files, directories and symlinks are extracted, nothing lands outside
 the staging directory (symlinks are stored, never followed), ownership is
 this process's.
+
+Both directions walk the host tree by directory descriptors, one component at
+a time, never by full path: a box may create a file 4 KiB below its mount,
+whose host path (data_root and the thread's directories before it) is then
+longer than PATH_MAX, and a path-based copy would fail on it — and with it the
+release or shutdown that copies the box's files back.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import logging
 import os
 import shlex
 import shutil
+import stat
 import tarfile
 import tempfile
 import uuid
@@ -39,25 +46,9 @@ def archive_name(mount: Mount) -> str:
 def build_seed(mounts: Sequence[Mount]) -> IO[bytes] | None:
     """The host side of every mount as one tar (a temp file), or None when all are empty."""
     handle = tempfile.TemporaryFile()  # noqa: SIM115 - returned open to the caller
-    content = 0
-
-    def keep(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        nonlocal content
-        if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
-            return None  # FIFOs, sockets, devices: nothing a new box needs
-        member.uid = member.gid = 0
-        member.uname = member.gname = "root"
-        content += 1
-        return member
-
     try:
         with tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for mount in mounts:
-                root = Path(mount.real)
-                if not root.is_dir():
-                    continue
-                for child in sorted(os.listdir(root)):
-                    tar.add(root / child, arcname=f"{archive_name(mount)}/{child}", filter=keep)
+            content = sum(_add_tree(tar, Path(m.real), archive_name(m)) for m in mounts)
     except BaseException:
         handle.close()
         raise
@@ -66,6 +57,45 @@ def build_seed(mounts: Sequence[Mount]) -> IO[bytes] | None:
         return None
     handle.seek(0)
     return handle
+
+
+def _add_tree(tar: tarfile.TarFile, root: Path, arcname: str) -> int:
+    """Add what is under `root` as `arcname/...`: directories, regular files, symlinks
+    (FIFOs, sockets, devices are nothing a new box needs); how many entries."""
+    try:
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    added = 0
+    stack = [(top, arcname)]  # a stack, not recursion: 2,000 levels fit in 4 KiB
+    while stack:
+        dir_fd, prefix = stack.pop()
+        try:
+            for name in sorted(os.listdir(dir_fd)):
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                info = tarfile.TarInfo(f"{prefix}/{name}")
+                info.mtime, info.mode = int(st.st_mtime), stat.S_IMODE(st.st_mode)
+                info.uname = info.gname = "root"
+                if stat.S_ISDIR(st.st_mode):
+                    info.type = tarfile.DIRTYPE
+                    tar.addfile(info)
+                    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                    stack.append((os.open(name, flags, dir_fd=dir_fd), info.name))
+                elif stat.S_ISREG(st.st_mode):
+                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+                    with os.fdopen(fd, "rb") as data:
+                        info.size = os.fstat(data.fileno()).st_size
+                        tar.addfile(info, data)
+                elif stat.S_ISLNK(st.st_mode):
+                    info.type = tarfile.SYMTYPE
+                    info.linkname = os.readlink(name, dir_fd=dir_fd)
+                    tar.addfile(info)
+                else:
+                    continue
+                added += 1
+        finally:
+            os.close(dir_fd)
+    return added
 
 
 # -- sandbox -> host -----------------------------------------------------------------
@@ -117,14 +147,79 @@ def apply_archive(chunks: Iterable[bytes], staging_parent: Path, mounts: Sequenc
             for chunk in chunks:
                 spool.write(chunk)
             spool.seek(0)
+            tree = staging / "tree"
+            tree.mkdir()
             with tarfile.open(fileobj=spool, mode="r:") as tar:
-                tar.extractall(staging / "tree", filter=_host_filter)
+                _extract(tar, tree)
         for mount in mounts:
             src = staging / "tree" / archive_name(mount)
             src.mkdir(parents=True, exist_ok=True)
             _swap_in(src, Path(mount.real))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _extract(tar: tarfile.TarFile, root: Path) -> None:
+    """Extract the members `_host_filter` keeps under `root`, by directory descriptors. A
+    member below a symlink (or anything but a directory) is skipped: links are never
+    followed."""
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for member in tar:
+            kept = _host_filter(member, str(root))
+            parts = [p for p in (kept.name if kept else "").split("/") if p not in ("", ".")]
+            if kept is None or not parts:
+                continue
+            try:
+                parent = _open_dirs(root_fd, parts[:-1])
+            except OSError as exc:
+                log.warning("sync back: skipped %s (%s)", member.name, exc.strerror)
+                continue
+            try:
+                _extract_one(tar, kept, parts[-1], parent)
+            except OSError as exc:
+                log.warning("sync back: skipped %s (%s)", member.name, exc.strerror)
+            finally:
+                if parent != root_fd:
+                    os.close(parent)
+    finally:
+        os.close(root_fd)
+
+
+def _open_dirs(root_fd: int, parts: Sequence[str]) -> int:
+    """The directory `parts` below `root_fd`, made where missing, opened without
+    following a link on the way; the caller closes it (unless it is `root_fd`)."""
+    fd = root_fd
+    for part in parts:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(part, 0o755, dir_fd=fd)
+        try:
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        finally:
+            if fd != root_fd:
+                os.close(fd)
+        fd = child
+    return fd
+
+
+def _extract_one(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, parent: int) -> None:
+    if member.isdir():
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=parent)
+        return
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+        os.unlink(name, dir_fd=parent)  # a name the archive repeats: the last one wins
+    if member.issym():
+        os.symlink(member.linkname, name, dir_fd=parent)
+        return
+    source = tar.extractfile(member)
+    mode = member.mode if member.mode is not None else 0o644
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(name, flags, mode, dir_fd=parent), "wb") as out:
+        if source is not None:
+            shutil.copyfileobj(source, out)
+        if member.mtime is not None:
+            os.utime(out.fileno(), (member.mtime, member.mtime))
 
 
 def _swap_in(src: Path, target: Path) -> None:
