@@ -322,6 +322,24 @@ def test_ip_literals_and_dns_answers_need_a_cidr_rule(
     assert other.exit_code == 3
 
 
+def test_a_relay_is_listening_when_acquire_returns(net_provider: DockerProvider, box: Any) -> None:
+    """The relay's exec is waited for (an exec without attached output would be answered
+    at once, and the box's first request could find nothing listening), and its failure
+    is an error, not a box without a way out."""
+    record = net_provider._boxes.box(box.key)
+    assert record.container_id is not None
+    started = time.monotonic()
+    with pytest.raises(SandboxError) as info:
+        net_provider.net._exec_detached(
+            record.container_id, ["sh", "-c", "sleep 1; echo nope; exit 3"], "testing", wait=True
+        )
+    assert time.monotonic() - started >= 1.0  # it waited for the exit
+    assert info.value.code is ErrorCode.UNAVAILABLE and "exit code 3; nope" in info.value.message
+    port = net_provider.options.egress.proxy_port
+    probe = f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))'"
+    assert run(box, probe).exit_code == 0
+
+
 def test_no_route_out_but_the_proxy(
     net_provider: DockerProvider, box: Any, upstreams: Upstreams, docker_client: Any
 ) -> None:

@@ -428,12 +428,16 @@ class DockerNet:
     def _exec_detached(
         self, container_id: str, argv: list[str], doing: str, wait: bool = False
     ) -> None:
+        """Run `argv` in the box; with `wait`, until it exits (a relay's exec ends once it
+        listens), and a failure is UNAVAILABLE with what it printed. Only an exec with its
+        output attached is waited for: without, the engine answers at once."""
         api = self.provider.client.api
         try:
             exec_id = api.exec_create(
-                container_id, argv, user=self.options.user, workdir="/", stdout=False, stderr=False
+                container_id, argv, user=self.options.user, workdir="/", stdout=wait, stderr=wait
             )["Id"]
-            api.exec_start(exec_id, detach=not wait)
+            output = api.exec_start(exec_id, detach=not wait)
+            code = api.exec_inspect(exec_id).get("ExitCode") if wait else 0
         except docker.errors.NotFound:
             raise SandboxError(
                 ErrorCode.UNAVAILABLE, f"{doing}: the box is gone; acquire it again"
@@ -444,6 +448,9 @@ class DockerNet:
                     ErrorCode.UNAVAILABLE, f"{doing}: the box is not running; acquire it again"
                 ) from None
             raise engine_error(exc, doing) from None
+        if code:
+            said = output.decode("utf-8", "replace").strip()[-300:] if output else ""
+            raise SandboxError(ErrorCode.UNAVAILABLE, f"{doing}: exit code {code}; {said}")
 
     # -- exposed ports --------------------------------------------------------------
 
