@@ -34,6 +34,7 @@ from sandkit.net.proxy import (
     EgressProxy,
     client_hello_sni,
     parse_head,
+    short_unix_path,
     split_authority,
 )
 
@@ -313,7 +314,7 @@ def test_boxes_are_told_apart_by_their_socket(running: Running, upstream: int) -
     def ask(sock: Path) -> bytes:
         with socket.socket(socket.AF_UNIX) as client:
             client.settimeout(BOUND_S)
-            client.connect(str(sock))
+            _connect(client, sock)
             client.sendall(b"GET http://pkg.test/ HTTP/1.1\r\nHost: pkg.test\r\n\r\n")
             return client.recv(4096)
 
@@ -325,10 +326,19 @@ def test_boxes_are_told_apart_by_their_socket(running: Running, upstream: int) -
     assert not closed.exists() or not _connects(closed)
 
 
+def _connect(client: socket.socket, path: Path) -> None:
+    """Connect by a path AF_UNIX can take (a long tmp_path, e.g. under pytest-xdist, is not)."""
+    short, done = short_unix_path(str(path))
+    try:
+        client.connect(short)
+    finally:
+        done()
+
+
 def _connects(path: Path) -> bool:
     with socket.socket(socket.AF_UNIX) as client:
         try:
-            client.connect(str(path))
+            _connect(client, path)
         except OSError:
             return False
         return True
