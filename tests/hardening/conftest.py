@@ -95,11 +95,3 @@ def provider(make_provider: Callable[..., SandboxProvider]) -> SandboxProvider:
 @pytest.fixture(scope="session")
 def figures() -> Figures:
     return FIGURES
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    table = FIGURES.table()
-    if table:
-        terminalreporter.section("hardening figures")
-        terminalreporter.write_line(table)
-        FIGURES.dump()

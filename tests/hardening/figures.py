@@ -37,6 +37,7 @@ class Figures:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[str, dict[str, float]] = collections.defaultdict(dict)
+        self._measured: set[str] = set()  # metrics recorded with set(): merged, not added
 
     def add(self, provider: str, metric: str, value: float = 1) -> None:
         """Add to a counter (cases tried, escapes, files lost ...)."""
@@ -50,6 +51,24 @@ class Figures:
         assert metric in METRICS, f"unknown metric {metric}"
         with self._lock:
             self._values[provider][metric] = value
+            self._measured.add(metric)
+
+    def export(self) -> dict[str, object]:
+        """What a pytest-xdist worker hands the controller (JSON-able)."""
+        with self._lock:
+            return {"values": dict(self._values), "measured": sorted(self._measured)}
+
+    def merge(self, exported: dict[str, object]) -> None:
+        """Fold in a worker's figures: counters add up, measurements are taken as they are."""
+        measured = set(exported.get("measured") or [])  # type: ignore[call-overload]
+        values: dict[str, dict[str, float]] = exported.get("values") or {}  # type: ignore[assignment]
+        with self._lock:
+            self._measured |= measured
+            for provider, row in values.items():
+                mine = self._values[provider]
+                for metric, value in row.items():
+                    add = metric not in measured
+                    mine[metric] = mine.get(metric, 0) + value if add else value
 
     def table(self) -> str:
         providers = sorted(self._values, key=_order)
