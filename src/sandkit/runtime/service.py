@@ -15,7 +15,8 @@ from .errors import ErrorCode, SandboxError
 from .operations import OPERATIONS, Operation
 from .oserrors import to_sandbox_error
 
-_PARAMETERS = {name: frozenset(op.parameter_names) for name, op in OPERATIONS.items()}
+# Filled on each method's first call (the table imports an operation's module then).
+_PARAMETERS: Dict[str, "frozenset[str]"] = {}
 
 
 class Runtime:
@@ -53,7 +54,10 @@ class Runtime:
             raise SandboxError(ErrorCode.INVALID_ARGUMENT, "unknown operation %r" % method)
         if not isinstance(params, Mapping):
             raise SandboxError(ErrorCode.INVALID_ARGUMENT, "params must be an object")
-        unknown = set(params) - _PARAMETERS[method]
+        known = _PARAMETERS.get(method)
+        if known is None:
+            known = _PARAMETERS[method] = frozenset(operation.parameter_names)
+        unknown = set(params) - known
         if unknown:
             raise SandboxError(
                 ErrorCode.INVALID_ARGUMENT,
