@@ -4,7 +4,7 @@ one machine with the bounds a user would set.
 
     python3 bench/density_bench.py [--boxes 20] [--bare 20] [--parallel 8] [--mem-limit 256m]
         [--pids-limit 128] [--cpus 0.5] [--tmp-size 64m] [--settle-s 15] [--floor-gib 4]
-        [--wake-sample 30] [--awake N] [--json]
+        [--wake-sample 30] [--awake N] [--agent-sleep dormant|exit] [--json]
 
 One run, one provider (`max_running` = --boxes, the bounds printed at the start):
 
@@ -276,6 +276,9 @@ def main() -> int:
     parser.add_argument(
         "--awake", type=int, help="boxes filled awake (default all); the rest sleep as they go"
     )
+    parser.add_argument(
+        "--agent-sleep", choices=("dormant", "exit"), default="dormant", help="how agents sleep"
+    )
     parser.add_argument("--json", action="store_true", help="print the raw results as JSON")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clean-up below runs
@@ -289,6 +292,7 @@ def main() -> int:
         "cpus": args.cpus,
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={args.tmp_size},mode=1777"},
         "agent_sleep_s": 0,  # the benchmark says when agents sleep
+        "agent_sleep": args.agent_sleep,
     }
     r: dict[str, Any] = {
         "run": run,

@@ -69,6 +69,37 @@ def test_an_idle_agent_sleeps_and_the_next_call_wakes_it(
     assert box.execute("echo again").stdout == "again\n"
 
 
+def agents_in(client: Any, provider: DockerProvider, key: SandboxKey) -> list[str]:
+    attrs = provider._inspect(key)
+    assert attrs is not None
+    top = client.api.top(attrs["Id"], ps_args="-o pid,args")
+    return [row[1] for row in top["Processes"] if "agent.pyz" in row[1] and "--procd" not in row[1]]
+
+
+def test_agent_sleep_exit_ends_the_agent_and_the_next_call_starts_one(
+    make_provider: Factory, docker_client: Any
+) -> None:
+    """`agent_sleep: exit`: nothing of the agent stays in the box (its channel is closed),
+    its background processes do, and the next call opens a fresh channel."""
+    provider = make_provider(execute_enabled=True, agent_sleep="exit")
+    key = SandboxKey("sleep", "exit")
+    box = provider.acquire(key)
+    box.write_file("kept.txt", "kept")
+    job = box.spawn("sleep 300")
+    assert len(agents_in(docker_client, provider, key)) == 1
+    assert provider.sleep_idle_agents(1e-6) == 1
+    deadline = time.monotonic() + DEADLINE_S
+    while agents_in(docker_client, provider, key) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert agents_in(docker_client, provider, key) == []
+    assert box.read_file("kept.txt").content == "kept"  # a new channel, a new agent
+    assert len(agents_in(docker_client, provider, key)) == 1
+    assert [p.handle for p in box.list_processes().processes if p.running] == [job.handle]
+    assert provider.acquire(key) is box
+    assert provider.sleep_idle_agents(1e-6) == 1, "it can go again"
+    assert box.execute("echo again").stdout == "again\n"
+
+
 def test_a_busy_box_keeps_its_agent_awake(make_provider: Factory, docker_client: Any) -> None:
     provider = make_provider(execute_enabled=True)
     key = SandboxKey("sleep", "busy")

@@ -61,6 +61,12 @@ class BoxOptions(BaseModel):
         "background thread (its memory goes back to the host; the next call wakes a fresh "
         "one, docs/agent.md#sleep); 0 keeps agents awake.",
     )
+    agent_sleep: Literal["dormant", "exit"] = Field(
+        "dormant",
+        description="how an idle agent sleeps: `dormant` (a bare interpreter keeps its "
+        "channel; the wake needs no new exec) or `exit` (the channel is closed and the agent "
+        "ends; the box costs what a bare container does, the wake opens a new channel).",
+    )
     max_running: int = Field(
         0, ge=0, description="Refuse (CAPACITY) to run more boxes of this owner; 0 = no cap."
     )

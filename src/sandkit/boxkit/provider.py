@@ -291,11 +291,19 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
             return 0
         cutoff = time.monotonic() - idle_s
         slept = 0
+        ends = self.options.agent_sleep == "exit"
         for box in self._boxes.current():
             sandbox = box.sandbox
-            if sandbox is not None and sandbox.idle_since(cutoff) and sandbox.sleep():
+            if sandbox is None or not sandbox.idle_since(cutoff):
+                continue
+            if sandbox.hang_up() if ends else sandbox.sleep():
                 slept += 1
+                if ends:
+                    self._agent_ended(box)
         return slept
+
+    def _agent_ended(self, box: B) -> None:
+        """A channel was closed on purpose (`agent_sleep: exit`): its agent ends by itself."""
 
     # -- SandboxProvider -------------------------------------------------------------------
 

@@ -92,6 +92,12 @@ class BoxSandbox(RemoteSandbox):
             return False
         return self.transport.sleep()
 
+    def hang_up(self) -> bool:
+        """End an idle agent altogether (its channel closes); the next call starts one."""
+        if self.closed or self.busy:
+            return False
+        return self.transport.hang_up()
+
     def idle_since(self, cutoff: float) -> bool:
         """Open, no call running, and last used before `cutoff` (a monotonic time)."""
         return not self.closed and not self.busy and self.last_used < cutoff

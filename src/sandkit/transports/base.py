@@ -39,6 +39,11 @@ class Transport(abc.ABC):
         agent/dormant.py); True if it sleeps now."""
         return False
 
+    def hang_up(self) -> bool:
+        """Close an idle channel, so its agent ends; the next call opens a new one (stdio
+        only); True if it was closed now."""
+        return False
+
 
 class StreamCall(abc.ABC):
     """A running streaming request: its items are `{"event": {...}}`, then one

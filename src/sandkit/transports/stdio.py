@@ -247,6 +247,11 @@ class _Channel:
             self.kill("writing to the agent failed: %s" % (exc or type(exc).__name__))
             raise _Dropped(self.reason) from None
 
+    @property
+    def idle(self) -> bool:
+        with self._lock:
+            return self.alive and not self._pending
+
     def kill(self, reason: str) -> None:
         """Mark dead, fail every waiter, release the stream (idempotent)."""
         with self._lock:
@@ -438,6 +443,18 @@ class StdioTransport(Transport):
             result = (waiter.message or {}).get("result")
             channel.asleep = isinstance(result, dict) and result.get("sleeping") is True
             return channel.asleep
+
+    def hang_up(self) -> bool:
+        """Close an idle channel: the agent ends at the end of its input, and the next call
+        opens a fresh channel (as after an agent that died between calls)."""
+        channel = self._live_channel()
+        if channel is None:
+            return False
+        with channel.write_lock:  # no frame is half-written, none starts meanwhile
+            if not channel.idle:
+                return False
+            channel.kill("the idle agent was ended; the next call starts one")
+        return True
 
     def _exchange(
         self, channel: _Channel, method: str, params: Mapping[str, Any], timeout: float

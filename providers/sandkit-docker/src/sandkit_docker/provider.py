@@ -713,6 +713,9 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         self._deaths.start()
         return stream
 
+    def _agent_ended(self, box: _Box) -> None:
+        box.agent_tag = None  # it ends at the EOF: the next channel need not kill it
+
     def _container_died(self, container_id: str) -> None:
         """The engine says a container of ours died: end the channels into it, unless it
         runs again already (a restart after the event was sent)."""
