@@ -114,6 +114,10 @@ class AgentCore:
             context = dataclasses.replace(context, processes=client)
         self._runtime = self._runtime_factory(context)
         self.context = context
+        # The operations' modules load on first use, so the answer to initialize does not
+        # wait for them; this loads the rest meanwhile (a first grep then costs what a
+        # later one does, docs/benchmarks.md).
+        threading.Thread(target=_load_operations, name="sandkit-agent-warm", daemon=True).start()
 
     # -- parsing ------------------------------------------------------------
 
@@ -333,6 +337,16 @@ class AgentCore:
 
 class _NotInitialized(Exception):
     pass
+
+
+def _load_operations() -> None:
+    from ..runtime.operations import OPERATIONS
+
+    for operation in OPERATIONS.values():
+        try:
+            operation.function  # noqa: B018 - imports its module
+        except Exception as exc:  # a broken module says so on its first call too
+            log("loading %s: %s" % (operation.name, exc))
 
 
 def _python_version() -> str:
