@@ -698,16 +698,15 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 f"the container of sandbox {box.key.sandbox_id} is gone; acquire it again",
             ) from None
         except docker.errors.APIError as exc:
-            box.dead = True
-            if exc.status_code == 409:
+            if exc.status_code == 409:  # the engine says so; anything else may pass (load)
+                box.dead = True
                 raise SandboxError(
                     ErrorCode.UNAVAILABLE,
                     f"the container of sandbox {box.key.sandbox_id} is not running; "
                     "acquire it again",
                 ) from None
             raise engine_error(exc, "starting the agent") from None
-        except Exception as exc:
-            box.dead = True
+        except Exception as exc:  # the engine in trouble: the box is not known dead
             raise engine_error(exc, "starting the agent") from None
         box.agent_tag, box.agent_container = tag, container_id
         self._deaths.start()

@@ -727,8 +727,8 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
                 self._exec_api(), self.options.namespace, name, CONTAINER, argv, self._timeout
             )
         except ExecOpenError as exc:
-            box.dead = True
-            if exc.status in (404, 400):
+            if exc.status in (404, 400):  # the pod says so; anything else may pass (load)
+                box.dead = True
                 raise SandboxError(
                     ErrorCode.UNAVAILABLE,
                     f"the pod of sandbox {box.key.sandbox_id} is gone or not running; "
@@ -742,8 +742,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             ) from None
         except SandboxError:
             raise
-        except Exception as exc:
-            box.dead = True
+        except Exception as exc:  # the API server in trouble: the box is not known dead
             raise api_error(exc, f"starting the agent in pod {name}") from None
         try:
             stream.settimeout(HANDSHAKE_TIMEOUT_S)
