@@ -41,7 +41,7 @@ def private_kib(pid: int) -> int:
 def test_an_idle_agent_sleeps_and_the_next_call_wakes_it(
     make_provider: Factory, docker_client: Any
 ) -> None:
-    provider = make_provider(execute_enabled=True)
+    provider = make_provider(execute_enabled=True, agent_sleep="dormant")
     key = SandboxKey("sleep", "wake")
     box = provider.acquire(key)
     box.write_file("kept.txt", "kept")
@@ -123,12 +123,12 @@ def test_a_busy_box_keeps_its_agent_awake(make_provider: Factory, docker_client:
 def test_the_background_thread_puts_idle_agents_to_sleep(
     make_provider: Factory, docker_client: Any
 ) -> None:
-    provider = make_provider(reap_interval_s=0.2, agent_sleep_s=0.5)
+    provider = make_provider(reap_interval_s=0.2, agent_sleep_s=0.5)  # the default: exit
     key = SandboxKey("sleep", "background")
     box = provider.acquire(key)
     box.write_file("a.txt", "a")
     deadline = time.monotonic() + DEADLINE_S
-    while "--dormant" not in agent_process(docker_client, provider, key)[1]:
+    while agents_in(docker_client, provider, key):
         assert time.monotonic() < deadline, "the agent never went to sleep"
         time.sleep(0.1)
     assert box.read_file("a.txt").content == "a"

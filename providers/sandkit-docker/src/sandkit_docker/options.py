@@ -44,6 +44,12 @@ class DockerOptions(BoxOptions):
 
     provider_name: ClassVar[str] = "docker"
 
+    agent_sleep: Literal["dormant", "exit"] = Field(
+        "exit",
+        description="how an idle agent sleeps (BoxOptions.agent_sleep); `exit` here: a new "
+        "exec is cheap on an engine, and an asleep box then costs 4.2 MiB, not 7.5 "
+        "(docs/benchmarks.md, idle cost).",
+    )
     image: str = Field(
         "python:3.12-slim", description="Any image with python3 and its standard library."
     )
