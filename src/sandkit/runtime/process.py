@@ -47,9 +47,7 @@ class Sink(Protocol):
     def feed(self, data: bytes) -> None: ...
 
 
-def _exited_or(proc: "subprocess.Popen[bytes]", cancel: Optional[Cancel]) -> Callable[[], bool]:
-    if cancel is None:
-        return lambda: exited(proc)
+def _exited_or(proc: "subprocess.Popen[bytes]", cancel: Cancel) -> Callable[[], bool]:
     return lambda: cancel.is_set() or exited(proc)
 
 
@@ -298,8 +296,8 @@ def _run(
     timeout: float,
     out: Sink,
     err: Sink,
-    preexec: Optional[Callable[[], None]] = None,
-    cancel: Optional[Cancel] = None,
+    preexec: Optional[Callable[[], None]],
+    cancel: Cancel,
 ) -> Optional[int]:
     """Run to completion or timeout; the exit code, or None when it timed out.
 
@@ -326,7 +324,7 @@ def _run(
         # Output closed but the shell may still run (`exec >&-; sleep 9`), or its exit
         # is not visible yet: wait for the exit itself, woken by the pidfd.
         pipes.wait(deadline, stop)
-        if cancel is not None and cancel.is_set():
+        if cancel.is_set():
             end_group(proc, pipes)
             raise Cancelled()
         timed_out = not exited(proc)
@@ -480,8 +478,7 @@ def _execute(
         taps = [_Tap("stdout", out, ctx, emit), _Tap("stderr", err, ctx, emit)]
         sinks = list(taps)
     started = time.monotonic()
-    own = cancel is None  # a plain execute: a release may still end it
-    call = Cancel() if cancel is None else cancel
+    call = cancel or Cancel()  # a plain execute has one too: a release may end it
     try:
         with ctx.calls.running(call):
             exit_code = _run(
@@ -503,7 +500,7 @@ def _execute(
             ) from None
         raise
     finally:
-        if own:
+        if call is not cancel:
             call.close()
     duration_ms = (time.monotonic() - started) * 1000.0
     for tap in taps:

@@ -47,7 +47,7 @@ class DockerOptions(BoxOptions):
     agent_sleep: Literal["dormant", "exit"] = Field(
         "exit",
         description="how an idle agent sleeps (BoxOptions.agent_sleep); `exit` here: a new "
-        "exec is cheap on an engine, and an asleep box then costs 4.2 MiB, not 7.5 "
+        "exec is cheap on an engine, and the box keeps nothing of the agent "
         "(docs/benchmarks.md, idle cost).",
     )
     image: str = Field(
