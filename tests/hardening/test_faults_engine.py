@@ -125,11 +125,14 @@ class PrivateEngine:
 
 
 def _host_bridges() -> set[str]:
-    """Bridges of the host's network namespace (container veths come and go)."""
+    """The host's own bridges (`docker0`, the dev cluster's): what a private dockerd
+    must not touch. Container veths come and go, and so do the main engine's
+    user-defined networks (`br-<id>`), which tests in other xdist workers create and
+    remove while this one runs."""
     return {
         name
         for name in os.listdir("/sys/class/net")
-        if Path(f"/sys/class/net/{name}/bridge").is_dir()
+        if Path(f"/sys/class/net/{name}/bridge").is_dir() and not name.startswith("br-")
     }
 
 
