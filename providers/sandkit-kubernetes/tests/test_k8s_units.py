@@ -369,3 +369,24 @@ def test_init_exits_at_once_on_sigterm() -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(5) == 0
     assert time.monotonic() - start < 1
+
+
+def test_agent_probe_prints_its_verdict_for_a_live_and_a_gone_agent() -> None:
+    """The watch's probe (run in the pod) answers on stdout, so a verdict never waits for
+    the probe's exec stream to end."""
+    from sandkit_kubernetes.provider import _AGENT_RUNS, _AGENT_RUNS_LINE
+
+    def verdict(pid: int) -> bytes:
+        argv = [sys.executable, "-I", "-c", _AGENT_RUNS, str(pid)]
+        return subprocess.run(argv, capture_output=True, check=True, timeout=60).stdout
+
+    agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--stdio"])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert verdict(agent.pid) == _AGENT_RUNS_LINE
+        assert verdict(other.pid) not in (_AGENT_RUNS_LINE, b"")
+    finally:
+        for proc in (agent, other):
+            proc.kill()
+            proc.wait()
+    assert verdict(agent.pid) not in (_AGENT_RUNS_LINE, b"")  # gone (reaped)

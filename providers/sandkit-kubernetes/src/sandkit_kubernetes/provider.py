@@ -89,15 +89,18 @@ class KubernetesSandbox(BoxSandbox):
     pod_name: str = ""
 
 
-# Exit 0 when the process argv[1] is a stdio agent, _AGENT_GONE when it is not (any more).
-_AGENT_GONE = 3
+# Prints _AGENT_RUNS_LINE when the process argv[1] is a stdio agent, anything else when it is
+# not (any more). The verdict is read from stdout, not from the exec's exit status: under
+# gVisor an exec stream can stay open after its process exited, and the watch must not wait
+# for that (it would wait out the request timeout).
+_AGENT_RUNS_LINE = b"agent-runs\n"
 _AGENT_RUNS = (
     "import sys\n"
     "try:\n"
     "    argv = open('/proc/%s/cmdline' % sys.argv[1], 'rb').read().split(b'\\0')\n"
     "except OSError:\n"
     "    argv = []\n"
-    f"sys.exit(0 if b'--stdio' in argv else {_AGENT_GONE})\n"
+    "print('agent-runs' if b'--stdio' in argv else 'agent-gone', flush=True)\n"
 )
 
 
@@ -775,14 +778,12 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             return None
         try:
             probe.settimeout(self._timeout)
-            while probe.read():
-                pass
-            code = probe.exit_code()
+            verdict = probe.readline()
         except Exception:
             return None
         finally:
             probe.close()
-        return {0: True, _AGENT_GONE: False}.get(code) if code is not None else None
+        return verdict == _AGENT_RUNS_LINE if verdict.endswith(b"\n") else None
 
 
 def _running(pod: Any) -> bool:
