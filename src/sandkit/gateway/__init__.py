@@ -7,7 +7,8 @@
     url = gateway.preview_url(key, 3000)                # give this to the user
     app.mount("/preview", gateway)                      # any ASGI framework, or `sandkit gateway`
 
-Needs the `gateway` extra (httpx, websockets; uvicorn with httptools and uvloop for `sandkit gateway`).
+Needs the `gateway` extra (httpx, websockets; uvicorn with httptools and uvloop for
+`sandkit gateway`).
 """
 
 from __future__ import annotations
