@@ -76,6 +76,13 @@ def render(helm: str, *sets: str, namespace: str = "sandkit-system") -> dict[tup
     return {(d["kind"], d["metadata"]["name"]): d for d in docs}
 
 
+def test_port_forward_is_granted_only_when_asked(helm: str) -> None:
+    rule = {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create", "get"]}
+    assert rule not in render(helm)[("Role", "sandkit-provider")]["rules"]
+    rules = render(helm, "rbac.portForward=true")[("Role", "sandkit-provider")]["rules"]
+    assert rules == [*MINIMAL_RULES[:2], rule, MINIMAL_RULES[2]]
+
+
 def test_lint(helm: str) -> None:
     out = run(helm, "lint", "--strict", str(CHART))
     assert "0 chart(s) failed" in out

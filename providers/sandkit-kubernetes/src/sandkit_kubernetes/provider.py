@@ -40,11 +40,13 @@ from sandkit.boxkit import (
 )
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
+from sandkit.network import Endpoint
 from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
 from sandkit.uploads import HostUploads
 
 from .errors import api_error, api_message
+from .forward import PortForwards
 from .options import KubernetesOptions
 from .spec import (
     ANNOTATION_SPEC,
@@ -136,6 +138,7 @@ class _Box(BoxRecord):
 class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
     name = "kubernetes"
     supports_pool = True  # with storage hostPath (KubernetesOptions says so)
+    supports_expose = True  # through the API server's port-forward (forward.py)
     handshake_timeout_s = HANDSHAKE_TIMEOUT_S
     sandbox_class = KubernetesSandbox
 
@@ -143,7 +146,9 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         self._configuration: Any = None
         self._core: Any = None
         self._client_lock = threading.Lock()
+        self._forwards: PortForwards | None = None
         super().__init__(settings, KubernetesOptions, _Box)  # last: it may start the pool
+        self._forwards = PortForwards(self._net_root() / "ingress", self._port_forward)
 
     # -- API ------------------------------------------------------------------------
 
@@ -237,6 +242,8 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
 
     def _stop_box(self, box: _Box, remove: bool) -> None:
         """Pods cannot be stopped: release deletes the pod too; the thread data stays."""
+        if self._forwards is not None:
+            self._forwards.close_box(box.key.sandbox_id)  # ports end with the box
         self._delete_pod(self._pod_name(box))
         box.pod_uid = box.pod_ip = box.pod = None
 
@@ -260,6 +267,8 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         return f"pod {pod.metadata.name}"
 
     def _after_shutdown(self, pods: Sequence[Any]) -> None:
+        if self._forwards is not None:
+            self._forwards.close_all()
         self._wait_gone({pod.metadata.name for pod in pods})
         shutil.rmtree(self._pool_root(), ignore_errors=True)  # unclaimed pool pods' storage
 
@@ -754,6 +763,52 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             stream.close()
             raise
         return stream
+
+    # -- exposed ports (forward.py) ---------------------------------------------------------
+
+    def _port_forward(self, pod: str, port: int) -> Any:
+        from kubernetes.stream import portforward
+
+        api = self._exec_api()
+        return portforward(
+            api.connect_get_namespaced_pod_portforward,
+            pod,
+            self.options.namespace,
+            ports=str(port),
+            _request_timeout=self._timeout,
+        )
+
+    def _endpoint(self, key: SandboxKey, port: int, path: Path) -> Endpoint:
+        return Endpoint(
+            user_id=key.user_id,
+            thread_id=key.thread_id,
+            port=port,
+            url=f"http://localhost:{port}",
+            unix_socket=str(path),
+        )
+
+    def _expose_port(self, box: _Box, port: int) -> Endpoint:
+        assert self._forwards is not None
+        path = self._forwards.open(box.key.sandbox_id, self._pod_name(box), port)
+        return self._endpoint(box.key, port, path)
+
+    def _unexpose_port(self, box: _Box, port: int) -> None:
+        if self._forwards is not None:
+            self._forwards.close(box.key.sandbox_id, port)
+
+    def _exposed_ports(self, box: _Box) -> list[Endpoint]:
+        if self._forwards is None:
+            return []
+        found = []
+        for port in self._forwards.ports(box.key.sandbox_id):
+            path = self._forwards.path(box.key.sandbox_id, port)
+            if path is not None:
+                found.append(self._endpoint(box.key, port, path))
+        return found
+
+    def _find_endpoint(self, key: SandboxKey, port: int) -> Endpoint | None:
+        path = self._forwards.path(key.sandbox_id, port) if self._forwards is not None else None
+        return self._endpoint(key, port, path) if path is not None else None
 
     def _open_stream(self, box: _Box) -> ByteStream:
         stream = self._exec_boot(box, "stdio")
