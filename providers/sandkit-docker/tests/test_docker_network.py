@@ -15,7 +15,6 @@ import json
 import re
 import shlex
 import shutil
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,9 @@ from tests.gvisor_support import assert_in_gvisor, require_docker_runsc
 from tests.net_support import Upstreams, nettools_image, start_upstreams
 
 from sandkit import ErrorCode, SandboxError, SandboxKey, Settings
-from sandkit.net.proxy import own_addresses, short_unix_path
+from sandkit.net.proxy import own_addresses
+from sandkit.testing.conformance import ExposeConformance
+from sandkit.testing.conformance.exposing import serve, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -204,13 +205,8 @@ def test_gvisor_boxes_need_runsc_with_host_uds(
         sandbox.write_file("ca.pem", upstreams.ca.read_text())
         assert run(sandbox, fetch("https://pkg.test/whoami")).exit_code == 0
         assert run(sandbox, fetch("https://other.test/whoami")).exit_code == 3
-        sandbox.write_file("site/index.html", "served from gVisor\n")
-        sandbox.spawn("cd site && exec python3 -m http.server 8000 --bind 127.0.0.1")
-        endpoint = provider.expose(sandbox.key, 8000)
-        deadline = time.monotonic() + BOUND_S
-        while b"served from gVisor" not in http_get(endpoint, "/index.html"):
-            assert time.monotonic() < deadline, "the server in the box did not answer"
-            time.sleep(0.2)
+        serve(sandbox, 8000, "served from gVisor\n")
+        wait_for(provider.expose(sandbox.key, 8000), "/index.html", b"served from gVisor")
     finally:
         provider.shutdown()
 
@@ -500,57 +496,19 @@ def test_a_dead_proxy_is_brought_back(
 # -- exposed ports ----------------------------------------------------------------------
 
 
-def http_get(endpoint: Any, path: str = "/") -> bytes:
-    short, done = short_unix_path(endpoint.unix_socket)
-    try:
-        with socket.socket(socket.AF_UNIX) as client:
-            client.settimeout(BOUND_S)
-            client.connect(short)
-            client.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
-            data = b""
-            while chunk := client.recv(65536):
-                data += chunk
-            return data
-    finally:
-        done()
+class TestDockerExposeConformance(ExposeConformance):
+    """The shared expose semantics, on a provider with expose on and no egress."""
+
+    @pytest.fixture
+    def expose_provider(self, make_provider: Any) -> DockerProvider:
+        return make_provider(execute_enabled=True, expose={"enabled": True, "max_ports": 2})
 
 
-def test_expose_and_unexpose(net_provider: DockerProvider, box: Any) -> None:
-    k = box.key
-    box.write_file("site/index.html", "served from the box\n")
-    box.spawn("cd site && exec python3 -m http.server 8000 --bind 127.0.0.1")
-    endpoint = net_provider.expose(k, 8000)
-    assert (
-        endpoint.port == 8000 and endpoint.unix_socket and endpoint.url == "http://localhost:8000"
-    )
-    deadline = time.monotonic() + BOUND_S
-    while b"served from the box" not in http_get(endpoint, "/index.html"):
-        assert time.monotonic() < deadline, "the server in the box did not answer"
-        time.sleep(0.2)
-    assert [e.port for e in net_provider.exposed(k)] == [8000]
-    assert net_provider.endpoint(k, 8000) == endpoint
-    assert net_provider.endpoint(key("someone-else"), 8000) is None
-    assert net_provider.expose(k, 8000) == endpoint  # idempotent
-    net_provider.unexpose(k, 8000)
-    assert net_provider.exposed(k) == [] and net_provider.endpoint(k, 8000) is None
-    net_provider.unexpose(k, 8000)  # nothing to do
-    for bad, code in ((0, ErrorCode.INVALID_ARGUMENT), (3128, ErrorCode.INVALID_ARGUMENT)):
-        with pytest.raises(SandboxError) as info:
-            net_provider.expose(k, bad)
-        assert info.value.code is code
+def test_the_egress_relays_port_cannot_be_exposed(net_provider: DockerProvider, box: Any) -> None:
     with pytest.raises(SandboxError) as info:
-        net_provider.expose(key("not-running"), 8000)
-    assert info.value.code is ErrorCode.UNAVAILABLE
-
-
-def test_exposed_ports_end_with_the_box(net_provider: DockerProvider, box: Any) -> None:
-    k = box.key
-    box.spawn("exec python3 -m http.server 8001 --bind 127.0.0.1")
-    net_provider.expose(k, 8001)
-    net_provider.release(k)
-    assert net_provider.endpoint(k, 8001) is None and net_provider.exposed(k) == []
-    net_provider.acquire(k)
-    assert net_provider.endpoint(k, 8001) is None
+        net_provider.expose(box.key, net_provider.options.egress.proxy_port)
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT
+    assert "belongs to sandkit" in info.value.message
 
 
 def test_a_warm_pool_box_takes_its_keys_policy(

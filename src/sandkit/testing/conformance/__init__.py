@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from .asyncops import AsyncTests
 from .executing import ExecuteTests, RedactionTests
+from .exposing import ExposeTests
 from .files import BytesTests, EditFileTests, ReadFileTests, WriteFileTests
 from .globbing import GlobTests
 from .grepping import GrepTests
@@ -59,9 +60,15 @@ class SandboxConformance(OperationConformance, LifecycleTests):
     """Every conformance test; subclass it and supply the fixtures in `suite.py`."""
 
 
+class ExposeConformance(ExposeTests):
+    """Exposed ports and the preview gateway, for a provider that can expose them: supply
+    `expose_provider` (see `exposing.py`)."""
+
+
 __all__ = [
     "CheckedSandbox",
     "ConformanceBase",
+    "ExposeConformance",
     "OperationConformance",
     "SandboxConformance",
     "SearchConformance",
