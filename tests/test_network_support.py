@@ -1,4 +1,4 @@
-"""Providers that cannot enforce egress or expose ports refuse the settings at start,
+"""Providers that cannot enforce egress or expose ports (E2B) refuse the settings at start,
 instead of running boxes with a policy nobody enforces (docs/network.md#providers)."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from sandkit.local import LocalProvider
 @pytest.mark.parametrize(
     ("module", "cls", "name", "extra"),
     [
-        ("sandkit_kubernetes.provider", "KubernetesProvider", "kubernetes", {}),
         ("sandkit_e2b.provider", "E2BProvider", "e2b", {"api_key": "e2b_" + "0" * 40}),
     ],
 )

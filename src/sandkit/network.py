@@ -176,11 +176,13 @@ class EgressOptions(BaseModel):
         """Whether boxes are made with a way to the proxy (a ceiling above none)."""
         return self.effective_ceiling.mode != "none"
 
-    def command_env(self) -> dict[str, str]:
-        """The proxy variables every command gets (curl, pip, git, npm, Python read them)."""
+    def command_env(self, proxy_host: str = "127.0.0.1") -> dict[str, str]:
+        """The proxy variables every command gets (curl, pip, git, npm, Python read them).
+        `proxy_host`: where the box reaches the proxy (its own relay on the loopback, or a
+        proxy pod's address)."""
         if not self.enabled:
             return {}
-        url = f"http://127.0.0.1:{self.proxy_port}"
+        url = f"http://{proxy_host}:{self.proxy_port}"
         no_proxy = ",".join(self.no_proxy)
         env = {}
         for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):

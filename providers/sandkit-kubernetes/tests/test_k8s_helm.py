@@ -83,6 +83,17 @@ def test_port_forward_is_granted_only_when_asked(helm: str) -> None:
     assert rules == [*MINIMAL_RULES[:2], rule, MINIMAL_RULES[2]]
 
 
+def test_network_policies_are_granted_only_when_asked(helm: str) -> None:
+    rule = {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["get", "create", "update", "delete"],
+    }
+    assert rule not in render(helm)[("Role", "sandkit-provider")]["rules"]
+    rules = render(helm, "rbac.egressPolicies=true")[("Role", "sandkit-provider")]["rules"]
+    assert rules == [*MINIMAL_RULES[:2], rule, MINIMAL_RULES[2]]
+
+
 def test_lint(helm: str) -> None:
     out = run(helm, "lint", "--strict", str(CHART))
     assert "0 chart(s) failed" in out

@@ -390,3 +390,44 @@ def test_agent_probe_prints_its_verdict_for_a_live_and_a_gone_agent() -> None:
             proc.kill()
             proc.wait()
     assert verdict(agent.pid) not in (_AGENT_RUNS_LINE, b"")  # gone (reaped)
+
+
+def test_the_egress_proxy_pod_is_hardened_and_not_a_box() -> None:
+    from sandkit_kubernetes.spec import (
+        LABEL_EGRESS_PROXY,
+        LABEL_OWNER,
+        egress_policies,
+        proxy_manifest,
+        spec_digest,
+    )
+
+    s = Settings(
+        data_root="/srv/data",
+        providers={"kubernetes": {"owner": "acme", "egress": {"ceiling": {"mode": "open"}}}},
+    )
+    options = KubernetesOptions.from_settings(s)
+    m = proxy_manifest(options, {"hosts": {}})
+    assert m["metadata"]["name"] == "acme-egress"
+    assert m["metadata"]["labels"][LABEL_EGRESS_PROXY] == "acme"
+    assert LABEL_OWNER not in m["metadata"]["labels"]  # the kit's sweeps never see it
+    (c,) = m["spec"]["containers"]
+    security = c["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"]} and security["readOnlyRootFilesystem"]
+    assert m["spec"]["automountServiceAccountToken"] is False
+    assert spec_digest(m) == spec_digest(proxy_manifest(options, {"hosts": {}}))
+    assert spec_digest(m) != spec_digest(
+        proxy_manifest(options, {"hosts": {"a.test": ["10.0.0.1"]}})
+    )
+    boxes, proxy = egress_policies(options)
+    port = [{"protocol": "TCP", "port": options.egress.proxy_port}]
+    assert boxes["spec"] == {
+        "podSelector": {"matchLabels": {LABEL_OWNER: "acme"}},
+        "policyTypes": ["Egress"],
+        "egress": [
+            {"to": [{"podSelector": {"matchLabels": {LABEL_EGRESS_PROXY: "acme"}}}], "ports": port}
+        ],
+    }
+    assert proxy["spec"]["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": {LABEL_OWNER: "acme"}}}], "ports": port}
+    ]
+    assert proxy["spec"]["policyTypes"] == ["Ingress"]  # its own way out is the namespace's

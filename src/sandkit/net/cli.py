@@ -4,7 +4,8 @@ proxy --root DIR [--listen HOST:PORT]   the egress proxy (unix mode, or TCP mode
 relay-out --listen 127.0.0.1:3128 --socket PATH   in a box: HTTP_PROXY to the proxy
 relay-in --socket PATH --port N                   in a box: an exposed port
 ctl --root DIR sync|ping|stats                    talk to a running proxy
-policy --root DIR --box NAME [--address IP]       write a box's policy (JSON on stdin)
+policy --root DIR --box NAME [--address IP] [--json POLICY]   write a box's policy (JSON
+                                                  in --json or on stdin), then sync
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     pol.add_argument("--root", required=True)
     pol.add_argument("--box", required=True)
     pol.add_argument("--address")
+    pol.add_argument("--json", help="the policy (default: read from stdin)")
     pol.add_argument("--remove", action="store_true")
     for each in (proxy, out, inbound, ctl, pol):
         each.add_argument("--tag", help="an opaque label to find this process by")
@@ -98,7 +100,7 @@ def _policy(args: argparse.Namespace) -> int:
         with contextlib.suppress(OSError):
             os.rmdir(box_dir)
     else:
-        data = json.loads(sys.stdin.read())
+        data = json.loads(args.json if args.json is not None else sys.stdin.read())
         Policy.from_dict({k: data[k] for k in ("mode", "allow", "deny") if k in data})
         if args.address:
             data["address"] = args.address

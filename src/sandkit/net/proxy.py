@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import stat
 import sys
@@ -705,8 +706,14 @@ def short_unix_path(path: str) -> Tuple[str, Any]:
     return "/proc/self/fd/%d/%s" % (fd, name), lambda: os.close(fd)
 
 
+def _stop(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # asyncio.run cancels the tasks and returns
+
+
 def run(root: str, listen: Optional[Tuple[str, int]] = None) -> int:
     proxy = EgressProxy(root, listen)
+    # As a pod's main process (PID 1) SIGTERM would be ignored without a handler.
+    signal.signal(signal.SIGTERM, _stop)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(proxy.serve_forever())
     return 0

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sandkit.boxkit import BoxOptions
+from sandkit.network import EgressOptions
 
 # Pod names are `<owner>-<sandbox_id>` (sandbox_id is 23 characters): a DNS-1123 label.
 _OWNER_RE = re.compile(r"[a-z0-9]([a-z0-9-]{0,37}[a-z0-9])?")
@@ -24,6 +25,30 @@ def _default_resources() -> dict[str, dict[str, str]]:
         "requests": {"cpu": "100m", "memory": "128Mi"},
         "limits": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"},
     }
+
+
+class KubernetesEgressOptions(EgressOptions):
+    """`providers.kubernetes.egress`: the shared policy settings plus the proxy pod's."""
+
+    network_policies: bool = Field(
+        True,
+        description="Write the owner's two NetworkPolicies (box pods may reach only the proxy "
+        "pod; the proxy pod accepts only them): RBAC networkpolicies get/create/update/delete. "
+        "false: the cluster's admin keeps equivalent ones in place.",
+    )
+    image: str | None = Field(
+        None, description="Image of the proxy pod; None: the boxes' image (python3)."
+    )
+    resources: dict[str, dict[str, str]] = Field(
+        default_factory=lambda: {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"cpu": "1", "memory": "256Mi"},
+        },
+        description="Resources of the proxy pod's container.",
+    )
+    start_timeout_s: float = Field(
+        120.0, gt=0, le=3600, description="Bound on the proxy pod's create -> answering."
+    )
 
 
 class KubernetesOptions(BoxOptions):
@@ -130,6 +155,11 @@ class KubernetesOptions(BoxOptions):
         30.0, ge=0, le=600, description="How long recreate/shutdown wait for a pod to be gone."
     )
     request_timeout_s: float = Field(30.0, gt=0, description="Timeout of one API request.")
+    egress: KubernetesEgressOptions = Field(
+        default_factory=KubernetesEgressOptions,
+        description="Where boxes may connect to, through the owner's egress proxy pod "
+        "(docs/network.md); off by default (no network).",
+    )
 
     @field_validator("namespace", "pvc_claim_name")
     @classmethod

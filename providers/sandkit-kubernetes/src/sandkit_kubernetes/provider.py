@@ -40,11 +40,12 @@ from sandkit.boxkit import (
 )
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
-from sandkit.network import Endpoint
+from sandkit.network import EgressPolicy, Endpoint
 from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
 from sandkit.uploads import HostUploads
 
+from .egress import PodEgress
 from .errors import api_error, api_message
 from .forward import PortForwards
 from .options import KubernetesOptions
@@ -139,6 +140,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
     name = "kubernetes"
     supports_pool = True  # with storage hostPath (KubernetesOptions says so)
     supports_expose = True  # through the API server's port-forward (forward.py)
+    supports_egress = True  # through the owner's proxy pod (egress.py)
     handshake_timeout_s = HANDSHAKE_TIMEOUT_S
     sandbox_class = KubernetesSandbox
 
@@ -147,8 +149,10 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         self._core: Any = None
         self._client_lock = threading.Lock()
         self._forwards: PortForwards | None = None
+        self._egress: PodEgress | None = None
         super().__init__(settings, KubernetesOptions, _Box)  # last: it may start the pool
         self._forwards = PortForwards(self._net_root() / "ingress", self._port_forward)
+        self._egress = PodEgress(self)
 
     # -- API ------------------------------------------------------------------------
 
@@ -244,6 +248,8 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         """Pods cannot be stopped: release deletes the pod too; the thread data stays."""
         if self._forwards is not None:
             self._forwards.close_box(box.key.sandbox_id)  # ports end with the box
+        if self._egress is not None and self._egress.enabled:
+            self._egress.remove_box(box.key.sandbox_id)
         self._delete_pod(self._pod_name(box))
         box.pod_uid = box.pod_ip = box.pod = None
 
@@ -269,6 +275,8 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
     def _after_shutdown(self, pods: Sequence[Any]) -> None:
         if self._forwards is not None:
             self._forwards.close_all()
+        if self._egress is not None and self._egress.enabled:
+            self._egress.teardown()
         self._wait_gone({pod.metadata.name for pod in pods})
         shutil.rmtree(self._pool_root(), ignore_errors=True)  # unclaimed pool pods' storage
 
@@ -360,6 +368,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
                     return Claim.GONE
                 raise api_error(exc, f"claiming pool pod {name}") from None
             record.pod = name
+            self._push_egress(key, record.pod_ip)
             return Claim.CLAIMED
         return Claim.GONE
 
@@ -450,6 +459,9 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         box.pod_ip = pod.status.pod_ip
         box.pod = pod.metadata.name
         box.dead = False
+        labels = pod.metadata.labels or {}
+        if LABEL_SANDBOX_ID in labels or LABEL_POOL not in labels:  # not an unclaimed pool pod
+            self._push_egress(box.key, box.pod_ip)
 
     def _ensure_running(self, box: _Box) -> None:
         """Make the key's pod exist and run: adopt it, or (re)create it."""
@@ -763,6 +775,24 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             stream.close()
             raise
         return stream
+
+    # -- egress (egress.py) ------------------------------------------------------------------
+
+    def _command_env(self) -> dict[str, str]:
+        if self._egress is None or not self._egress.enabled:
+            return {}
+        return self.options.egress.command_env(self._egress.proxy_ip())
+
+    def _push_egress(self, key: SandboxKey, pod_ip: str | None) -> None:
+        """The proxy enforces the key's policy for its pod (at every start or adoption)."""
+        if self._egress is not None and self._egress.enabled:
+            self._egress.set_box(key.sandbox_id, pod_ip, self._enforced_egress(key))
+
+    def _apply_egress(self, box: _Box, policy: EgressPolicy) -> None:
+        if self._egress is not None and box.pod_ip is not None:
+            self._egress.set_box(
+                box.key.sandbox_id, box.pod_ip, self.options.egress.enforced(policy)
+            )
 
     # -- exposed ports (forward.py) ---------------------------------------------------------
 

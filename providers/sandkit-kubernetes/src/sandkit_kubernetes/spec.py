@@ -27,6 +27,10 @@ LABEL_OWNER = "sandkit.owner"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 COMPONENT = "sandkit-sandbox"
 ANNOTATION_SPEC = "sandkit.spec"
+# The owner's egress proxy pod (not LABEL_OWNER: it is not a box, the sweeps leave it alone).
+LABEL_EGRESS_PROXY = "sandkit.egress-proxy-of"
+PROXY_CONTAINER = "proxy"
+PROXY_ROOT = "/tmp/sandkit-net"
 # A warm pool pod: its slot. A claim adds the key's labels to it (pods cannot be renamed).
 LABEL_POOL = "sandkit.pool"
 ANNOTATION_USER = "sandkit.user"
@@ -191,6 +195,137 @@ def pod_manifest(
     digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
     manifest["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC] = digest
     return manifest
+
+
+# The proxy pod's main process: write the proxy's config, wait for the payload (installed by
+# the provider through an exec, as in a box), then become the proxy in TCP mode. SIGTERM ends
+# it (the proxy stops on it).
+PROXY_MAIN = """\
+import os, sys, time
+home, root, listen, config = sys.argv[1:5]
+os.makedirs(root, exist_ok=True)
+with open(root + '/proxy.json.tmp', 'w') as f:
+    f.write(config)
+os.replace(root + '/proxy.json.tmp', root + '/proxy.json')
+while not os.path.exists(home + '/.digest'):
+    time.sleep(0.1)
+os.execv(sys.executable, [sys.executable, '-I', '-S', home + '/agent.pyz', '--net', 'proxy',
+                          '--root', root, '--listen', listen])
+"""
+
+
+def proxy_pod_name(options: KubernetesOptions) -> str:
+    return f"{options.owner}-egress"
+
+
+def proxy_manifest(options: KubernetesOptions, config: dict[str, Any]) -> dict[str, Any]:
+    """The owner's egress proxy pod: same image, same hardening as a box, no thread data;
+    `config` is its proxy.json (hosts table, denied addresses). Recreated when it changes."""
+    egress = options.egress
+    security = {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsUser": options.uid,
+        "runAsGroup": options.gid,
+        "runAsNonRoot": options.uid != 0,
+    }
+    listen = f"0.0.0.0:{egress.proxy_port}"
+    container = {
+        "name": PROXY_CONTAINER,
+        "image": egress.image or options.image,
+        "imagePullPolicy": options.image_pull_policy,
+        "command": [
+            options.python,
+            "-I",
+            "-c",
+            PROXY_MAIN,
+            AGENT_DIR,
+            PROXY_ROOT,
+            listen,
+            json.dumps(config, sort_keys=True),
+        ],
+        "ports": [{"name": "egress", "containerPort": egress.proxy_port}],
+        "resources": copy.deepcopy(egress.resources),
+        "securityContext": security,
+        "volumeMounts": [
+            {"name": "sandkit-agent", "mountPath": AGENT_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    labels = {**options.labels, LABEL_EGRESS_PROXY: options.owner}
+    spec: dict[str, Any] = {
+        "restartPolicy": "Always",  # the proxy is restarted in place; its state is re-sent
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": options.termination_grace_s,
+        "securityContext": {
+            "runAsNonRoot": options.uid != 0,
+            "runAsUser": options.uid,
+            "runAsGroup": options.gid,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [
+            {"name": "sandkit-agent", "emptyDir": {"sizeLimit": "64Mi"}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        ],
+    }
+    if options.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in options.image_pull_secrets]
+    manifest: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": proxy_pod_name(options),
+            "namespace": options.namespace,
+            "labels": labels,
+            "annotations": dict(options.annotations),
+        },
+        "spec": spec,
+    }
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
+    manifest["metadata"]["annotations"][ANNOTATION_SPEC] = digest
+    return manifest
+
+
+def egress_policies(options: KubernetesOptions) -> list[dict[str, Any]]:
+    """The owner's NetworkPolicies: its box pods may connect only to its proxy pod's port
+    (policies add up, so this closes everything else for them), and the proxy pod accepts
+    only them on it (its own way out stays as the namespace allows)."""
+    port = [{"protocol": "TCP", "port": options.egress.proxy_port}]
+    boxes = {"matchLabels": {LABEL_OWNER: options.owner}}
+    proxy = {"matchLabels": {LABEL_EGRESS_PROXY: options.owner}}
+    labels = {**options.labels, LABEL_EGRESS_PROXY: options.owner}
+
+    def policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        meta = {"name": name, "namespace": options.namespace, "labels": labels}
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": meta,
+            "spec": spec,
+        }
+
+    return [
+        policy(
+            f"{options.owner}-boxes-egress",
+            {
+                "podSelector": boxes,
+                "policyTypes": ["Egress"],
+                "egress": [{"to": [{"podSelector": proxy}], "ports": port}],
+            },
+        ),
+        policy(
+            f"{options.owner}-egress-proxy",
+            {
+                "podSelector": proxy,
+                "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{"podSelector": boxes}], "ports": port}],
+            },
+        ),
+    ]
 
 
 def spec_digest(manifest: dict[str, Any]) -> str:

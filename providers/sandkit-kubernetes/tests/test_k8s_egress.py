@@ -1,0 +1,246 @@
+"""Egress policies of real pods: the owner's proxy pod decides, NetworkPolicy closes every
+other way out.
+
+All traffic goes to one server pod this module starts in the test namespace (`pkg.test`
+and `other.test` both resolve to it through the proxy's hosts table), to the proxy pod, or
+between box pods of this module; nothing else is ever contacted. What only NetworkPolicy
+can refuse (a box ignoring the proxy variables, a box reaching another box) is checked
+where the cluster enforces it (`SANDKIT_NETPOL=1`, as .ci/run exports it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from k8s_support import SESSION, SESSION_LABEL
+from sandkit_kubernetes.provider import KubernetesProvider
+from sandkit_kubernetes.spec import LABEL_EGRESS_PROXY, proxy_pod_name
+
+from sandkit import ErrorCode, SandboxError, SandboxKey, Settings
+
+pytestmark = pytest.mark.kubernetes
+
+# Read at import: conftest clears SANDKIT_* variables before the tests run.
+ENFORCED = os.environ.get("SANDKIT_NETPOL", "").strip() == "1"
+OWNER = f"eg{SESSION}"
+UPSTREAM = f"eg-upstream-{SESSION}"
+PORT = 8080
+BOUND_S = 120.0  # pods start, the proxy pod starts: generous for a loaded machine
+REFUSED = "not in this sandbox's egress allow list"
+
+# In a box: GET a URL with urllib (it reads the proxy variables); exit 3 on any error.
+FETCH = """
+import sys, urllib.request
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode())
+except Exception as exc:
+    print('ERROR', exc); sys.exit(3)
+"""
+# In a box: one request in absolute form straight to the proxy (no NO_PROXY shortcut).
+VIA_PROXY = """
+import os, socket, sys, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ['HTTP_PROXY'])
+with socket.create_connection((proxy.hostname, proxy.port), timeout=20) as s:
+    head = 'GET %s HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'
+    s.sendall((head % sys.argv[1]).encode())
+    print(s.recv(4096).decode('latin-1').splitlines()[0])
+"""
+# In a box: one direct TCP connect, around the proxy.
+DIRECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
+    print('open')
+except OSError as exc:
+    print('closed', type(exc).__name__)
+"""
+SERVER = """
+import http.server
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'upstream ' + self.path.encode() + b'\\n'
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.ThreadingHTTPServer(('0.0.0.0', PORT), Handler).serve_forever()
+""".replace("PORT", str(PORT))
+
+
+def run(box: Any, script: str, *args: str) -> Any:
+    box.write_file("probe.py", script)
+    return box.execute(" ".join(["python3", "probe.py", *args]), timeout=60)
+
+
+@pytest.fixture(scope="module")
+def upstream(core: Any, namespace: str, image: str) -> Iterator[str]:
+    """The IP of a plain HTTP server pod (not a box: no sandkit label selects it)."""
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": UPSTREAM, "labels": {SESSION_LABEL: SESSION}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "securityContext": {
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", SERVER],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+    core.create_namespaced_pod(namespace, manifest)
+    try:
+        deadline = time.monotonic() + BOUND_S
+        while True:
+            status = core.read_namespaced_pod(UPSTREAM, namespace).status
+            if status.phase == "Running" and status.pod_ip:
+                break
+            assert time.monotonic() < deadline, "the upstream pod did not start"
+            time.sleep(0.3)
+        yield str(status.pod_ip)
+    finally:
+        with contextlib.suppress(Exception):
+            core.delete_namespaced_pod(UPSTREAM, namespace, grace_period_seconds=0)
+
+
+def egress_settings(upstream: str) -> dict[str, Any]:
+    return {
+        "ceiling": {"mode": "open", "allow": [f"{upstream}/32:*"]},
+        "policy": {"mode": "allow", "allow": ["pkg.test:*"]},
+        "hosts": {"pkg.test": [upstream], "other.test": [upstream]},
+    }
+
+
+@pytest.fixture(scope="module")
+def provider(
+    options_for: Any, upstream: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubernetesProvider]:
+    root = tmp_path_factory.mktemp("egress-data")
+    options = options_for(owner=OWNER, execute_enabled=True, egress=egress_settings(upstream))
+    made = KubernetesProvider(Settings(data_root=root, providers={"kubernetes": options}))
+    yield made
+    with contextlib.suppress(Exception):
+        made.shutdown()
+
+
+@pytest.fixture
+def box(provider: KubernetesProvider, request: pytest.FixtureRequest) -> Iterator[Any]:
+    key = SandboxKey("egress", request.node.name[:60].replace("[", "-").replace("]", ""))
+    sandbox = provider.acquire(key)
+    yield sandbox
+    provider.destroy(key)
+
+
+def test_an_allowed_name_works_and_what_is_not_allowed_is_refused(box: Any, upstream: str) -> None:
+    ok = run(box, FETCH, f"http://pkg.test:{PORT}/whoami")
+    assert ok.exit_code == 0 and "upstream /whoami" in ok.stdout, ok
+    denied = run(box, FETCH, f"http://other.test:{PORT}/whoami")
+    assert denied.exit_code == 3 and REFUSED in denied.stdout, denied
+    literal = run(box, FETCH, f"http://{upstream}:{PORT}/")  # allowed only as a name
+    assert literal.exit_code == 3 and "sandkit egress" in literal.stdout, literal
+    for target in ("http://localhost:8765/", "http://127.0.0.1:8765/"):
+        refused = run(box, VIA_PROXY, target)
+        assert refused.exit_code == 0 and " 403 " in refused.stdout, (target, refused)
+
+
+def test_the_policy_changes_on_a_running_box(provider: KubernetesProvider, box: Any) -> None:
+    assert run(box, FETCH, f"http://other.test:{PORT}/").exit_code == 3
+    provider.set_egress(box.key, {"mode": "allow", "allow": ["other.test:*"]})
+    now = run(box, FETCH, f"http://other.test:{PORT}/now")
+    assert now.exit_code == 0 and "upstream /now" in now.stdout, now
+    assert run(box, FETCH, f"http://pkg.test:{PORT}/").exit_code == 3
+    provider.set_egress(box.key, {"mode": "none"})
+    assert run(box, FETCH, f"http://other.test:{PORT}/").exit_code == 3
+    with pytest.raises(SandboxError) as info:  # beyond the ceiling: a public name
+        provider.set_egress(box.key, {"mode": "allow", "allow": ["10.0.0.0/8:*"]})
+    assert info.value.code is ErrorCode.ACCESS_DENIED
+
+
+def test_the_proxy_serves_only_addresses_of_known_boxes(
+    provider: KubernetesProvider, box: Any, core: Any, namespace: str
+) -> None:
+    """From this machine (which NetworkPolicy does not police): the proxy itself refuses."""
+    pod = core.read_namespaced_pod(proxy_pod_name(provider.options), namespace)
+    with socket.create_connection((pod.status.pod_ip, 3128), timeout=20) as s:
+        s.sendall(f"GET http://pkg.test:{PORT}/ HTTP/1.1\r\nHost: pkg.test\r\n\r\n".encode())
+        first = s.recv(4096).decode("latin-1").splitlines()[0]
+    assert " 403 " in first and "no known sandbox" in first
+
+
+@pytest.fixture
+def enforced() -> None:
+    if not ENFORCED:
+        pytest.skip(
+            "NetworkPolicy is not enforced here: SANDKIT_NETPOL=1 with a cluster that "
+            "enforces it (.ci/run starts the dev cluster so)"
+        )
+
+
+def test_a_box_cannot_go_around_the_proxy(
+    enforced: None, provider: KubernetesProvider, box: Any, upstream: str, core: Any, namespace: str
+) -> None:
+    assert run(box, DIRECT, upstream, str(PORT)).stdout.strip() == "closed TimeoutError"
+    other = provider.acquire(SandboxKey("egress", "neighbour"))
+    try:
+        other.spawn(f"exec python3 -m http.server {PORT} --bind 0.0.0.0")
+        ip = core.read_namespaced_pod(other.pod_name, namespace).status.pod_ip
+        # The neighbour listens (seen from inside its own pod), yet the box cannot reach it.
+        deadline = time.monotonic() + BOUND_S
+        while run(other, DIRECT, "127.0.0.1", str(PORT)).stdout.strip() != "open":
+            assert time.monotonic() < deadline, "the neighbour's server did not start"
+            time.sleep(0.3)
+        assert run(box, DIRECT, ip, str(PORT)).stdout.strip() == "closed TimeoutError"
+        assert " 403 " in run(box, VIA_PROXY, f"http://{ip}:{PORT}/").stdout
+    finally:
+        provider.destroy(SandboxKey("egress", "neighbour"))
+    # And the way it may take stays open.
+    assert run(box, FETCH, f"http://pkg.test:{PORT}/").exit_code == 0
+
+
+def test_shutdown_removes_the_proxy_pod_and_the_policies(
+    options_for: Any, upstream: str, tmp_path: Path, core: Any, namespace: str
+) -> None:
+    from kubernetes import client
+
+    owner = f"{OWNER}s"
+    options = options_for(owner=owner, execute_enabled=True, egress=egress_settings(upstream))
+    made = KubernetesProvider(Settings(data_root=tmp_path, providers={"kubernetes": options}))
+    sandbox = made.acquire(SandboxKey("egress", "shutdown"))
+    assert run(sandbox, FETCH, f"http://pkg.test:{PORT}/").exit_code == 0
+    selector = f"{LABEL_EGRESS_PROXY}={owner}"
+    net = client.NetworkingV1Api(core.api_client)
+    assert len(net.list_namespaced_network_policy(namespace, label_selector=selector).items) == 2
+    made.shutdown()
+    assert core.list_namespaced_pod(namespace, label_selector=selector).items == []
+    assert net.list_namespaced_network_policy(namespace, label_selector=selector).items == []
+
+
+def test_the_proxy_pod_is_not_a_box(provider: KubernetesProvider, box: Any, core: Any) -> None:
+    """The kit's sweeps (count, reaping, shutdown of boxes) never see it as one."""
+    name = proxy_pod_name(provider.options)
+    pod = core.read_namespaced_pod(name, provider.options.namespace)
+    assert "sandkit.owner" not in (pod.metadata.labels or {})
+    assert name not in {p.metadata.name for p in provider._list_boxes()}
+    assert box.pod_name in {p.metadata.name for p in provider._list_boxes()}
