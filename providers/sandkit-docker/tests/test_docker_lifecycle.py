@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from sandkit_docker.provider import DockerProvider
+from sandkit_docker.stream import DockerExecStream
 from tests.docker_support import in_ci
 
 from sandkit import ErrorCode, SandboxError, SandboxKey, Settings, create_provider
@@ -243,6 +244,29 @@ def test_the_engine_s_die_event_ends_the_channel_into_the_box(
     assert provider._boxes.box(killed).suspect
     assert provider.acquire(alive).execute("echo still").stdout == "still\n"
     assert provider.acquire(killed).execute("echo back").stdout == "back\n"
+
+
+def test_the_engine_s_exec_die_event_reaches_the_agent_s_channel(
+    provider: DockerProvider, docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed agent's exec ends with an event naming its exec; the provider matches it to
+    the box's channel (and ends it, should the engine keep the connection open)."""
+    box = provider.acquire(key("exec-die"))
+    pid = box.info()["pid"]
+    stream = provider._boxes.box(key("exec-die")).stream
+    assert isinstance(stream, DockerExecStream)
+    asked: list[float] = []
+    real = stream.end_unless_ended
+    monkeypatch.setattr(
+        stream, "end_unless_ended", lambda grace: (asked.append(grace), real(grace))
+    )
+    (container,) = containers_of(docker_client, key("exec-die"))
+    assert container.exec_run(["sh", "-c", f"kill -9 {pid}"], user="1000:1000").exit_code == 0
+    deadline = time.monotonic() + 30.0
+    while not asked and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert asked, "the exec_die event did not reach the agent's channel"
+    assert box.execute("echo back").stdout == "back\n"  # a fresh agent
 
 
 def test_a_dead_agent_is_replaced_transparently(

@@ -8,6 +8,7 @@ import socket
 import struct
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,6 +91,50 @@ def test_close_unblocks_a_waiting_reader(pair: tuple[DockerExecStream, socket.so
     stream.close()
     reader.join(5)
     assert got == [b""]
+
+
+def test_an_ended_exec_wakes_a_writer_the_engine_no_longer_reads(
+    pair: tuple[DockerExecStream, socket.socket],
+) -> None:
+    """The engine keeps the connection of a dead agent open, unread (deaths.py): after
+    the grace the stream ends, the blocked sender fails and the reader sees the end."""
+    stream, engine = pair
+    engine.sendall(frame(1, b"in flight\n"))
+    outcome: list[BaseException | None] = []
+
+    def send() -> None:
+        try:
+            stream.write(b"x" * (64 << 20))  # far more than the socket buffers
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(exc)
+
+    writer = threading.Thread(target=send, daemon=True)
+    writer.start()
+    time.sleep(0.2)
+    assert writer.is_alive()  # blocked: nobody reads
+    stream.end_unless_ended(0.1)
+    writer.join(10)
+    assert not writer.is_alive() and isinstance(outcome[0], OSError)
+    data = b""
+    while chunk := stream.read():
+        data += chunk
+    assert stream.at_eof
+
+
+def test_engine_events_are_routed_by_kind() -> None:
+    from sandkit_docker.deaths import DeathWatch
+
+    died: list[str] = []
+    ended: list[tuple[str, str]] = []
+    watch = DeathWatch(
+        lambda: None, "sandkit.owner=x", died.append, lambda c, e: ended.append((c, e))
+    )  # type: ignore[arg-type,return-value]
+    watch._dispatch({"id": "c1", "Action": "die", "Actor": {"ID": "c1"}})
+    watch._dispatch({"id": "c2", "Action": "exec_die", "Actor": {"Attributes": {"execID": "e2"}}})
+    for junk in (None, "x", {}, {"id": ""}, {"id": "c3", "Action": "exec_die"}):
+        watch._dispatch(junk)
+    assert died == ["c1"] and ended == [("c2", "e2")]
 
 
 def test_stderr_tail_is_bounded(pair: tuple[DockerExecStream, socket.socket]) -> None:

@@ -1,10 +1,16 @@
-"""One engine event stream per provider: the containers of its owner that die.
+"""One engine event stream per provider: the containers of its owner that die, and the
+execs in them that end.
 
 An exec's hijacked connection normally ends when its container dies, and the
 stdio channel with it. Under gVisor it sometimes does not (the engine keeps the
 exec's stream open after a SIGKILL of the sandbox), and a call would wait on it
 until its own timeout. The engine's `die` event is the platform saying so; the
 provider ends the channels into that container when it comes (`on_death`).
+
+The same holds for one agent: killed while a big request was on its way in, its
+exec's connection can stay open with the request's sender blocked on it (the engine
+still holds the unread stdin). `exec_die` says the agent process is gone
+(`on_exec_death`), and the provider ends that one channel.
 
 One watcher serves every box of a provider (one connection to the engine, one
 thread, idle between events), started with its first channel. When the engine
@@ -33,10 +39,16 @@ class DeathWatch:
         client: Callable[[], docker.DockerClient],
         owner_label: str,
         on_death: Callable[[str], None],
+        on_exec_death: Callable[[str, str], None],
     ) -> None:
         self._client = client
-        self._filters = {"type": ["container"], "event": ["die"], "label": [owner_label]}
+        self._filters = {
+            "type": ["container"],
+            "event": ["die", "exec_die"],
+            "label": [owner_label],
+        }
         self._on_death = on_death
+        self._on_exec_death = on_exec_death
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -61,6 +73,19 @@ class DeathWatch:
             with contextlib.suppress(Exception):
                 events.close()  # ends the blocked read of the thread
 
+    def _dispatch(self, event: Any) -> None:
+        if not isinstance(event, dict):
+            return
+        container_id = event.get("id")
+        if not isinstance(container_id, str) or not container_id:
+            return
+        if event.get("Action") == "exec_die":
+            exec_id = ((event.get("Actor") or {}).get("Attributes") or {}).get("execID")
+            if isinstance(exec_id, str) and exec_id:
+                self._on_exec_death(container_id, exec_id)
+            return
+        self._on_death(container_id)
+
     def _run(self) -> None:
         pause = RECONNECT_FIRST_S
         while not self._stopped.is_set():
@@ -73,9 +98,7 @@ class DeathWatch:
                     return
                 pause = RECONNECT_FIRST_S
                 for event in events:
-                    container_id = event.get("id") if isinstance(event, dict) else None
-                    if isinstance(container_id, str) and container_id:
-                        self._on_death(container_id)
+                    self._dispatch(event)
             except Exception as exc:  # the engine restarted or went away: try again
                 if not self._stopped.is_set():
                     log.debug("container events: %s; reconnecting in %.1f s", exc, pause)

@@ -66,6 +66,8 @@ log = logging.getLogger("sandkit.docker")
 
 # How long to wait for a container another process created to be started by it.
 FOREIGN_START_WAIT_S = 10.0
+# After the engine reports an agent's exec ended: what was in flight is read meanwhile.
+EXEC_DIED_GRACE_S = 1.0
 # Marks each stdio agent (`--tag` in its argv: the agent is non-dumpable, so its
 # environ is unreadable in the box) so the provider can end the one a new channel replaces.
 # Kills this uid's processes whose argv ends in `--tag <argv[1]>`.
@@ -111,7 +113,10 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         self._payload_path: str | None = None
         super().__init__(settings, DockerOptions, _Box)  # it may start the pool
         self._deaths = DeathWatch(
-            lambda: self.client, f"{LABEL_OWNER}={self.owner}", self._container_died
+            lambda: self.client,
+            f"{LABEL_OWNER}={self.owner}",
+            self._container_died,
+            self._exec_died,
         )
 
     # -- engine ---------------------------------------------------------------------
@@ -729,6 +734,18 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             return
         for box in boxes:
             self._box_died(box)
+
+    def _exec_died(self, container_id: str, exec_id: str) -> None:
+        """An exec in a container of ours ended: if it was a box's agent, end its channel
+        when the engine does not (see deaths.py)."""
+        for box in self._boxes.current():
+            stream = box.stream
+            if (
+                box.agent_container == container_id
+                and isinstance(stream, DockerExecStream)
+                and stream.exec_id == exec_id
+            ):
+                stream.end_unless_ended(EXEC_DIED_GRACE_S)
 
     def _end_agent(self, container_id: str, tag: str) -> None:
         """End the agent a new channel replaces, if it still runs.

@@ -112,6 +112,20 @@ class DockerExecStream(ByteStream):
             del self._out[:n]
             return data
 
+    def end_unless_ended(self, grace_s: float) -> None:
+        """The engine says the exec's process is gone: if its output has not ended within
+        `grace_s` (what was in flight is read first), end the stream, which also wakes a
+        writer blocked on it."""
+
+        def end() -> None:
+            if not self.at_eof:
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(grace_s, end)
+        timer.daemon = True
+        timer.start()
+
     def close(self) -> None:
         if self._closed:
             return
