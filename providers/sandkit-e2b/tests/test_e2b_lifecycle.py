@@ -380,6 +380,22 @@ def test_shutdown_pauses_every_sandbox_of_the_owner(
     assert states == {"paused"}
 
 
+def test_shutdown_passes_over_a_sandbox_gone_since_it_was_listed(
+    make_provider: Factory, owned: Owned, cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed or timed out between the listing and its turn: nothing to copy back or stop,
+    so not a failure of the shutdown (it was, and every later one failed with it)."""
+    provider = make_provider(shutdown="kill", sync_back=True)
+    provider.acquire(key("vanishing"))
+    provider.acquire(key("staying"))
+    listed = provider._list_boxes()
+    (vanishing,) = of_key(owned, key("vanishing"))
+    cloud.do_kill(vanishing.sandbox_id)
+    monkeypatch.setattr(provider, "_list_boxes", lambda: listed)
+    provider.shutdown()
+    assert owned() == []
+
+
 def test_registered_as_the_e2b_entry_point(tmp_path: Path) -> None:
     from sandkit.provider import available_providers
 

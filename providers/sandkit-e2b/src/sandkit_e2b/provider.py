@@ -149,11 +149,14 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
         )
         return sorted(infos, key=lambda i: (i.started_at, i.sandbox_id))
 
-    def _connect(self, sandbox_id: str) -> Any:
-        """Connect (resuming a paused sandbox); extends a running one's timeout, never shortens."""
+    def _connect(self, sandbox_id: str, missing_ok: bool = False) -> Any:
+        """Connect (resuming a paused sandbox); extends a running one's timeout, never shortens.
+        With `missing_ok`, None for a sandbox that is gone."""
         try:
             return self.sdk.connect(sandbox_id, timeout=self.options.timeout_s, **self._api())
         except Exception as exc:
+            if missing_ok and is_gone(exc):
+                return None
             raise service_error(exc, f"connecting to E2B sandbox {sandbox_id}") from None
 
     def _kill(self, sandbox_id: str) -> None:
@@ -217,10 +220,15 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
         if self.options.shutdown == "pause":
             self._pause(info.sandbox_id)
             return
-        if self.options.sync_back:
-            key = _key_of(info)
-            if key is not None:
-                self._sync_back(self._connect(info.sandbox_id), key)
+        key = _key_of(info) if self.options.sync_back else None
+        if key is not None:
+            sandbox = self._connect(info.sandbox_id, missing_ok=True)
+            if sandbox is None:
+                # Listed a moment ago, gone now (killed or timed out meanwhile): there is
+                # nothing left to copy back or to stop.
+                log.warning("E2B sandbox %s was gone at shutdown", info.sandbox_id)
+                return
+            self._sync_back(sandbox, key)
         self._kill(info.sandbox_id)
 
     def _describe(self, info: Any) -> str:
