@@ -6,6 +6,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -495,13 +496,20 @@ def test_commands_run_in_the_sandboxs_cgroups(
         assert os.path.basename(path) in joined
 
 
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
 def test_a_cgroup_that_cannot_be_joined_is_an_error_not_an_unbounded_command(
-    bounded: tuple[Context, hostlimits.ProcessBounds],
+    bounded: tuple[Context, hostlimits.ProcessBounds], sigint: str
 ) -> None:
+    """Also when the provider was started with SIGINT ignored (`cmd &` from a script), so
+    that commands get a step that restores it: the launcher's failure is still an error."""
     ctx, bounds = bounded
     bounds.remove()  # gone underneath the sandbox (e.g. removed by an operator)
-    with pytest.raises(SandboxError) as info:
-        run(ctx, "echo ran > ran.txt")
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN if sigint == "ignored" else signal.SIG_DFL)
+    try:
+        with pytest.raises(SandboxError) as info:
+            run(ctx, "echo ran > ran.txt")
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert info.value.code is ErrorCode.UNAVAILABLE
     assert not (Path(ctx.mapping.resolve(WORKSPACE).real) / "ran.txt").exists()
 

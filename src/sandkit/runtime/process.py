@@ -345,12 +345,15 @@ def _run(
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
-    """A checked command, ready to start: argv (with the bounds' launcher), cwd, env."""
+    """A checked command, ready to start: argv (with the bounds' launcher), cwd, env.
+    `launcher`: argv starts with the bounds' launcher, whose exit 126 and BOUNDS_FAILED
+    mean that it could not apply them (the command never ran)."""
 
     argv: List[str]
     cwd: str
     env: Dict[str, str]
     preexec: Optional[Callable[[], None]]
+    launcher: bool = False
 
 
 def prepare(ctx: Context, command: Any, env: Any, cwd: Any) -> Launch:
@@ -371,11 +374,12 @@ def prepare(ctx: Context, command: Any, env: Any, cwd: Any) -> Launch:
     if len(real_command.encode("utf-8", "surrogateescape")) > MAX_COMMAND_BYTES:
         raise invalid("command is longer than %d bytes" % MAX_COMMAND_BYTES)
     environment = _environment(ctx, _home(ctx, real_cwd), shell, extra)
-    argv: List[str] = [shell, "-c", real_command]
-    preexec = None
+    command_argv: List[str] = [shell, "-c", real_command]
+    argv, preexec = command_argv, None
     if ctx.bounds is not None:
-        argv, preexec = ctx.bounds.launch(argv)
-    return Launch(argv, real_cwd, environment, _with_default_signals(preexec))
+        argv, preexec = ctx.bounds.launch(command_argv)
+    launcher = argv != command_argv
+    return Launch(argv, real_cwd, environment, _with_default_signals(preexec), launcher)
 
 
 # Signals a host started in the background (`nohup ... &`, a job-control-less shell) passes on
@@ -507,7 +511,7 @@ def _execute(
         tap.finish()
     clean = cleaner(ctx)
     stderr = err.render(clean)
-    if exit_code == 126 and launch.preexec is None and stderr.startswith(BOUNDS_FAILED):
+    if exit_code == 126 and launch.launcher and stderr.startswith(BOUNDS_FAILED):
         raise SandboxError(ErrorCode.UNAVAILABLE, BOUNDS_FAILED)  # the launcher gave up
     return {
         "exit_code": exit_code,
