@@ -29,7 +29,7 @@ from tests.net_support import Upstreams, nettools_image, start_upstreams
 
 from sandkit import ErrorCode, SandboxError, SandboxKey, Settings
 from sandkit.net.proxy import own_addresses
-from sandkit.testing.conformance import ExposeConformance
+from sandkit.testing.conformance import EgressConformance, ExposeConformance
 from sandkit.testing.conformance.exposing import serve, wait_for
 
 pytestmark = pytest.mark.docker
@@ -494,6 +494,18 @@ def test_a_dead_proxy_is_brought_back(
 
 
 # -- exposed ports ----------------------------------------------------------------------
+
+
+class TestDockerEgressConformance(EgressConformance):
+    """The shared egress semantics over the module's upstreams (plain HTTP on 80)."""
+
+    @pytest.fixture
+    def egress_provider(self, net_provider: DockerProvider) -> DockerProvider:
+        return net_provider
+
+    @pytest.fixture
+    def upstream_port(self) -> int:
+        return 80
 
 
 class TestDockerExposeConformance(ExposeConformance):

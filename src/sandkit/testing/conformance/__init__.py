@@ -18,6 +18,7 @@ implementations inherit `fsspec/tests/abstract`.
 from __future__ import annotations
 
 from .asyncops import AsyncTests
+from .egress import EgressTests
 from .executing import ExecuteTests, RedactionTests
 from .exposing import ExposeTests
 from .files import BytesTests, EditFileTests, ReadFileTests, WriteFileTests
@@ -60,6 +61,11 @@ class SandboxConformance(OperationConformance, LifecycleTests):
     """Every conformance test; subclass it and supply the fixtures in `suite.py`."""
 
 
+class EgressConformance(EgressTests):
+    """Egress policies, for a provider that enforces them: supply `egress_provider` and
+    `upstream_port` (see `egress.py`)."""
+
+
 class ExposeConformance(ExposeTests):
     """Exposed ports and the preview gateway, for a provider that can expose them: supply
     `expose_provider` (see `exposing.py`)."""
@@ -68,6 +74,7 @@ class ExposeConformance(ExposeTests):
 __all__ = [
     "CheckedSandbox",
     "ConformanceBase",
+    "EgressConformance",
     "ExposeConformance",
     "OperationConformance",
     "SandboxConformance",
