@@ -108,7 +108,7 @@ def egress_settings(upstream: str) -> dict[str, Any]:
     return {
         "ceiling": {"mode": "open", "allow": [f"{upstream}/32:*"]},
         "policy": {"mode": "allow", "allow": ["pkg.test:*"]},
-        "hosts": {"pkg.test": [upstream], "other.test": [upstream]},
+        "hosts": {"pkg.test": [upstream], "other.test": [upstream], "local.test": ["127.0.0.1"]},
     }
 
 
@@ -137,6 +137,16 @@ def test_the_server_s_address_is_refused_as_a_literal(box: Any, upstream: str) -
     assert run(box, FETCH, f"http://pkg.test:{PORT}/whoami").exit_code == 0
     literal = run(box, FETCH, f"http://{upstream}:{PORT}/")
     assert literal.exit_code == 3 and "sandkit egress" in literal.stdout, literal
+
+
+def test_an_allowed_name_that_resolves_to_a_denied_address_is_refused(
+    provider: KubernetesProvider, box: Any
+) -> None:
+    """`local.test` is the operator's name for 127.0.0.1: allowing the name does not make
+    the proxy's own loopback reachable (nothing is connected to)."""
+    provider.set_egress(box.key, {"mode": "allow", "allow": ["local.test:*"]})
+    refused = run(box, FETCH, f"http://local.test:{PORT}/")
+    assert refused.exit_code == 3 and "sandkit egress" in refused.stdout, refused
 
 
 class TestKubernetesEgressConformance(EgressConformance):
