@@ -248,3 +248,15 @@ class Endpoint(BaseModel):
     url: str
     unix_socket: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def over_socket(cls, user_id: str, thread_id: str, port: int, path: str) -> Endpoint:
+        """A port reached through a unix socket on the provider's machine (Docker's relay,
+        Kubernetes' port-forward listener): the server in the box sees Host localhost:port."""
+        return cls(
+            user_id=user_id,
+            thread_id=thread_id,
+            port=port,
+            url=f"http://localhost:{port}",
+            unix_socket=path,
+        )

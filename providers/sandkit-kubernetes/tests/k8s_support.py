@@ -130,3 +130,36 @@ def exec_in(core: Any, name: str, argv: list[str]) -> str:
             tty=False,
         )
     )
+
+
+def server_pod(name: str, image: str, command: list[str], labels: dict[str, str]) -> dict[str, Any]:
+    """A hardened pod of the offline image running `command` (a test's own server), with
+    the session label (the session's clean-up finds it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {SESSION_LABEL: SESSION, **labels}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "securityContext": {
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": command,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }

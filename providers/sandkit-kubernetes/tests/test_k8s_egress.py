@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_support import SESSION, SESSION_LABEL
+from k8s_support import SESSION, server_pod
 from sandkit_kubernetes.provider import KubernetesProvider
 from sandkit_kubernetes.spec import LABEL_EGRESS_PROXY, proxy_pod_name
 
@@ -61,34 +61,7 @@ http.server.ThreadingHTTPServer(('0.0.0.0', PORT), Handler).serve_forever()
 @pytest.fixture(scope="module")
 def upstream(core: Any, namespace: str, image: str) -> Iterator[str]:
     """The IP of a plain HTTP server pod (not a box: no sandkit label selects it)."""
-    manifest = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": UPSTREAM, "labels": {SESSION_LABEL: SESSION}},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "automountServiceAccountToken": False,
-            "securityContext": {
-                "runAsUser": 1000,
-                "runAsGroup": 1000,
-                "runAsNonRoot": True,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "containers": [
-                {
-                    "name": "main",
-                    "image": image,
-                    "imagePullPolicy": "Never",
-                    "command": ["python3", "-c", SERVER],
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "capabilities": {"drop": ["ALL"]},
-                    },
-                }
-            ],
-        },
-    }
+    manifest = server_pod(UPSTREAM, image, ["python3", "-c", SERVER], {})
     core.create_namespaced_pod(namespace, manifest)
     try:
         deadline = time.monotonic() + BOUND_S

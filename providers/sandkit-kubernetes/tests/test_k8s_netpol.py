@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from k8s_support import SESSION, SESSION_LABEL
+from k8s_support import SESSION, SESSION_LABEL, server_pod
 from test_k8s_helm import helm, render  # noqa: F401 - `helm` is a fixture
 
 pytestmark = pytest.mark.kubernetes
@@ -64,35 +64,9 @@ def enforcer(core: Any) -> str:
 
 
 def pod(name: str, port: int, labels: dict[str, str]) -> dict[str, Any]:
-    """A hardened pod of the offline image serving HTTP on `port`."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {SESSION_LABEL: SESSION, **labels}},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "automountServiceAccountToken": False,
-            "securityContext": {
-                "runAsUser": 1000,
-                "runAsGroup": 1000,
-                "runAsNonRoot": True,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "IMAGE",
-                    "imagePullPolicy": "Never",
-                    "command": ["python3", "-m", "http.server", str(port), "--bind", "0.0.0.0"],
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "capabilities": {"drop": ["ALL"]},
-                    },
-                }
-            ],
-        },
-    }
+    """A hardened pod of the offline image serving HTTP on `port` (image set later)."""
+    command = ["python3", "-m", "http.server", str(port), "--bind", "0.0.0.0"]
+    return server_pod(name, "IMAGE", command, labels)
 
 
 def box_labels() -> dict[str, str]:

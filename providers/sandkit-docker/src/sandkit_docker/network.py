@@ -464,13 +464,7 @@ class DockerNet:
 
     def endpoint(self, key: SandboxKey, name: str, port: int) -> Endpoint:
         sock = self.box_dir(name) / "ingress" / f"{port}.sock"
-        return Endpoint(
-            user_id=key.user_id,
-            thread_id=key.thread_id,
-            port=port,
-            url=f"http://localhost:{port}",
-            unix_socket=str(sock),
-        )
+        return Endpoint.over_socket(key.user_id, key.thread_id, port, str(sock))
 
     def find_endpoint(self, key: SandboxKey, port: int) -> Endpoint | None:
         name = self.bound(key)

@@ -809,13 +809,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         )
 
     def _endpoint(self, key: SandboxKey, port: int, path: Path) -> Endpoint:
-        return Endpoint(
-            user_id=key.user_id,
-            thread_id=key.thread_id,
-            port=port,
-            url=f"http://localhost:{port}",
-            unix_socket=str(path),
-        )
+        return Endpoint.over_socket(key.user_id, key.thread_id, port, str(path))
 
     def _expose_port(self, box: _Box, port: int) -> Endpoint:
         assert self._forwards is not None
