@@ -373,7 +373,8 @@ def test_many_concurrent_connections(gateway: Any) -> None:
                     f"{base}/{key.sandbox_id}/{port}/n/{i}",
                     headers={"X-Sandkit-Preview-Token": tokens[key]},
                 )
-                assert reply.status_code == 200 and reply.json()["path"] == f"/n/{i}"
+                assert reply.status_code == 200, reply.text
+                assert reply.json()["path"] == f"/n/{i}"
 
             jobs = []
             for i in range(50):
@@ -402,3 +403,49 @@ def test_preview_url_and_settings(tmp_path: Path) -> None:
     assert verify([SECRET], token).expires <= time.time() + 31
     with pytest.raises(Exception, match="16 bytes"):
         Settings(gateway={"secrets": ["short"]})
+
+
+def test_a_get_is_sent_again_when_the_first_connection_dies_unanswered() -> None:
+    """The box's server drops the first connection without a word (a kept connection it
+    closed just then): a GET is replayed once on a new one; a POST is not (502)."""
+    carol = SandboxKey("carol", "t1")
+    seen: list[int] = []
+
+    def serve(listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                seen.append(1)
+                data = conn.recv(65536)
+                if len(seen) % 2 == 1 or not data:
+                    continue  # every other connection: closed unanswered
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    threading.Thread(target=serve, args=(listener,), daemon=True).start()
+    provider = FakeProvider()
+    provider.endpoints[(carol, 9000)] = Endpoint(
+        user_id="carol", thread_id="t1", port=9000, url=f"http://127.0.0.1:{port}"
+    )
+    app = PreviewGateway(provider, [SECRET], public_url="http://gw.test")  # type: ignore[arg-type]
+
+    async def call(method: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, timeout=BOUND_S) as client:
+            return await client.request(
+                method,
+                f"http://gw.test/{carol.sandbox_id}/9000/",
+                headers={"X-Sandkit-Preview-Token": app.sign(carol, 9000)},
+                content=b"x" if method == "POST" else None,
+            )
+
+    try:
+        got = asyncio.run(call("GET"))
+        assert got.status_code == 200 and got.text == "ok" and len(seen) == 2
+        assert asyncio.run(call("POST")).status_code == 502 and len(seen) == 3
+    finally:
+        listener.close()

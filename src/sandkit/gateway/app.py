@@ -48,6 +48,7 @@ TOKEN_HEADER = "x-sandkit-preview-token"
 COOKIE = "sandkit_preview"
 ENDPOINT_CACHE_S = 2.0
 _PATH_RE = re.compile(r"^/(sk-[0-9a-f]{20})/(\d{1,5})(/.*)?$")
+REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -362,7 +363,18 @@ class PreviewGateway:
             scope["method"], url, headers=headers, content=content
         )
         try:
-            response = await upstream.client.send(request, stream=True)
+            try:
+                response = await upstream.client.send(request, stream=True)
+            except httpx.TransportError:
+                # A kept connection the box's server closed just then, or a connect that
+                # failed once under load: a request without a body that changes nothing is
+                # sent once more, on a new connection (as reverse proxies do).
+                if content is not None or scope["method"] not in REPLAYABLE:
+                    raise
+                request = upstream.client.build_request(
+                    scope["method"], url, headers=headers, content=None
+                )
+                response = await upstream.client.send(request, stream=True)
         except httpx.HTTPError as exc:
             self._forget(SandboxKey(endpoint.user_id, endpoint.thread_id), endpoint.port)
             await _text(
