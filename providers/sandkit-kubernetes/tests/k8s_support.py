@@ -163,3 +163,16 @@ def server_pod(name: str, image: str, command: list[str], labels: dict[str, str]
             ],
         },
     }
+
+
+# Runs in a pod (or on the host): one TCP connect, "open" or "closed <reason>". A policy drops
+# the SYN, so a denied connection is DROPPED; a port nobody listens on is ConnectionRefusedError.
+CONNECT_PROBE = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()
+    print("open")
+except OSError as exc:
+    print("closed", type(exc).__name__)
+"""
+DROPPED = "closed TimeoutError"

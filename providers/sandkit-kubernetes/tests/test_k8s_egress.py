@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_support import SESSION, server_pod
+from k8s_support import CONNECT_PROBE, DROPPED, SESSION, server_pod
 from sandkit_kubernetes.provider import KubernetesProvider
 from sandkit_kubernetes.spec import LABEL_EGRESS_PROXY, proxy_pod_name
 
@@ -36,15 +36,6 @@ UPSTREAM = f"eg-upstream-{SESSION}"
 PORT = 8080
 BOUND_S = 120.0  # pods start, the proxy pod starts: generous for a loaded machine
 
-# In a box: one direct TCP connect, around the proxy.
-DIRECT = """
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
-    print('open')
-except OSError as exc:
-    print('closed', type(exc).__name__)
-"""
 SERVER = """
 import http.server
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -155,17 +146,17 @@ def enforced() -> None:
 def test_a_box_cannot_go_around_the_proxy(
     enforced: None, provider: KubernetesProvider, box: Any, upstream: str, core: Any, namespace: str
 ) -> None:
-    assert run(box, DIRECT, upstream, str(PORT)).stdout.strip() == "closed TimeoutError"
+    assert run(box, CONNECT_PROBE, upstream, str(PORT)).stdout.strip() == DROPPED
     other = provider.acquire(SandboxKey("egress", "neighbour"))
     try:
         other.spawn(f"exec python3 -m http.server {PORT} --bind 0.0.0.0")
         ip = core.read_namespaced_pod(other.pod_name, namespace).status.pod_ip
         # The neighbour listens (seen from inside its own pod), yet the box cannot reach it.
         deadline = time.monotonic() + BOUND_S
-        while run(other, DIRECT, "127.0.0.1", str(PORT)).stdout.strip() != "open":
+        while run(other, CONNECT_PROBE, "127.0.0.1", str(PORT)).stdout.strip() != "open":
             assert time.monotonic() < deadline, "the neighbour's server did not start"
             time.sleep(0.3)
-        assert run(box, DIRECT, ip, str(PORT)).stdout.strip() == "closed TimeoutError"
+        assert run(box, CONNECT_PROBE, ip, str(PORT)).stdout.strip() == DROPPED
         assert " 403 " in run(box, VIA_PROXY, f"http://{ip}:{PORT}/").stdout
     finally:
         provider.destroy(SandboxKey("egress", "neighbour"))

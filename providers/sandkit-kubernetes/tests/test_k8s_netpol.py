@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from k8s_support import SESSION, SESSION_LABEL, server_pod
+from k8s_support import CONNECT_PROBE, DROPPED, SESSION, SESSION_LABEL, server_pod
 from test_k8s_helm import helm, render  # noqa: F401 - `helm` is a fixture
 
 pytestmark = pytest.mark.kubernetes
@@ -33,18 +33,6 @@ OWNER = f"np{SESSION}"
 PEERS = f"sandkit-np-{SESSION}"  # server, client (also labelled as the chart's backend)
 BOXES = f"sandkit-npbox-{SESSION}"  # two pods labelled as the chart's sandbox pods
 SETTLE_S = 90.0  # bound on a policy change taking effect; only a failure waits it out
-
-# Runs in a pod (or on the host): one TCP connect, "open" or "closed <reason>". A policy drops
-# the SYN, so a denied connection is DROPPED; a port nobody listens on is ConnectionRefusedError.
-PROBE = """
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()
-    print("open")
-except OSError as exc:
-    print("closed", type(exc).__name__)
-"""
-DROPPED = "closed TimeoutError"
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +113,7 @@ def connect(core: Any, pods: dict[str, tuple[str, str]]) -> Callable[[str, str, 
             api.connect_get_namespaced_pod_exec,
             source,
             pods[source][0],
-            command=["python3", "-c", PROBE, pods[target][1], str(port)],
+            command=["python3", "-c", CONNECT_PROBE, pods[target][1], str(port)],
             stdin=False,
             stdout=True,
             stderr=True,
@@ -139,7 +127,7 @@ def connect(core: Any, pods: dict[str, tuple[str, str]]) -> Callable[[str, str, 
 def from_host(ip: str, port: int, uid: int | None = None) -> str:
     """The same probe from this machine, as this process's user or as `uid`."""
     done = subprocess.run(
-        ["/usr/bin/python3", "-c", PROBE, ip, str(port)],
+        ["/usr/bin/python3", "-c", CONNECT_PROBE, ip, str(port)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -176,9 +176,10 @@ class PortForwards:
         for listener in listeners:
             listener.close()
 
-    def ports(self, sandbox_id: str) -> list[int]:
+    def of_box(self, sandbox_id: str) -> dict[int, Path]:
+        """The box's exposed ports and their sockets."""
         with self._lock:
-            return sorted(port for sid, port in self._listeners if sid == sandbox_id)
+            return {p: lst.path for (sid, p), lst in self._listeners.items() if sid == sandbox_id}
 
     def path(self, sandbox_id: str, port: int) -> Path | None:
         with self._lock:

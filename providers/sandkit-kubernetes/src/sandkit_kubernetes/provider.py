@@ -823,12 +823,8 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
     def _exposed_ports(self, box: _Box) -> list[Endpoint]:
         if self._forwards is None:
             return []
-        found = []
-        for port in self._forwards.ports(box.key.sandbox_id):
-            path = self._forwards.path(box.key.sandbox_id, port)
-            if path is not None:
-                found.append(self._endpoint(box.key, port, path))
-        return found
+        found = self._forwards.of_box(box.key.sandbox_id).items()
+        return [self._endpoint(box.key, port, path) for port, path in found]
 
     def _find_endpoint(self, key: SandboxKey, port: int) -> Endpoint | None:
         path = self._forwards.path(key.sandbox_id, port) if self._forwards is not None else None
