@@ -148,11 +148,11 @@ control_plane_rss() {
 node_ip() {
     local ip=${SANDKIT_K8S_NODE_IP:-}
     if [ -z "$ip" ]; then
-        ip=$(ip -4 -o addr show dev eth0 scope global 2>/dev/null | awk '{split($4,a,"/"); print a[1]; exit}')
+        ip=$(ip -4 -o addr show dev eth0 scope global 2>/dev/null | awk '{split($4,a,"/"); if (!done) print a[1]; done=1}')
     fi
     if [ -z "$ip" ]; then
         # No eth0: the source address of the default route.
-        ip=$(ip -4 route get 192.0.2.1 2>/dev/null | awk '{for(i=1;i<NF;i++) if($i=="src"){print $(i+1); exit}}')
+        ip=$(ip -4 route get 192.0.2.1 2>/dev/null | awk '{for(i=1;i<NF;i++) if($i=="src"){if (!done) print $(i+1); done=1}}')
     fi
     [ -n "$ip" ] || die "no non-loopback IPv4 address for the node (set SANDKIT_K8S_NODE_IP)"
     echo "$ip"

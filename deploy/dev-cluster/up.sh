@@ -586,7 +586,7 @@ node_ready() {
 }
 
 port_free() {
-    ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
+    [ -z "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]
 }
 
 check_ports() {

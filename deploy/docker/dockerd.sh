@@ -110,7 +110,7 @@ wait_ready() {
 }
 
 network_failure_in_log() {
-    tail -n 40 "$LOG" | grep -qiE 'iptables|bridge|network controller'
+    tail -n 40 "$LOG" | grep -iE 'iptables|bridge|network controller' >/dev/null
 }
 
 fail_with_log() {
@@ -221,13 +221,19 @@ ensure_runsc() {
     [ -x "$RUNSC" ] || die "runsc not found at $RUNSC"
 }
 
+runsc_version() {
+    local version
+    # Read whole, then cut: `runsc --version | head -n1` under pipefail can fail on SIGPIPE.
+    version=$("$RUNSC" --version 2>/dev/null) || version=
+    version=${version%%$'\n'*}
+    echo "${version#runsc version }"
+}
+
 # Can this runsc use its own network stack here? Old releases decide that a namespace is the
 # root one when /proc/sys/net/core/rmem_default exists in it (gVisor issue 10704), which it
 # does in every namespace on Linux >= 6.11; those cannot run netstack on such a kernel.
 netstack_works() {
-    local version
-    version=$("$RUNSC" --version 2>/dev/null | sed -n 's/^runsc version //p' | head -n1)
-    case "$version" in
+    case "$(runsc_version)" in
         0.0~2022* | 0.0~2021* | 0.0~2020* | release-2022* | release-2023* | release-2024[0-7]*)
             ! unshare --net test -e /proc/sys/net/core/rmem_default 2>/dev/null ;;
         *) return 0 ;;
@@ -253,7 +259,7 @@ gvisor_configure() {
     ensure_runsc
     network=$(runsc_network)
     if [ "$network" = host ] && [ "$GVISOR_NETWORK" = auto ]; then
-        say "gVisor: $("$RUNSC" --version | head -n1) cannot use its own network stack on" \
+        say "gVisor: runsc $(runsc_version) cannot use its own network stack on" \
             "Linux $(uname -r) (gVisor issue 10704); boxes use --network=host inside their" \
             "own network namespace"
     fi
@@ -278,7 +284,7 @@ EOF
 
 engine_has_runsc() {
     DOCKER_HOST="unix://$SOCK" docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' \
-        2>/dev/null | tr ' ' '\n' | grep -qx runsc
+        2>/dev/null | tr ' ' '\n' | grep -x runsc >/dev/null
 }
 
 # The config file a running dockerd reads: its --config-file, else the default.

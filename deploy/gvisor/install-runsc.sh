@@ -56,11 +56,16 @@ fi
 [ "$FROM" = go ] || die "SANDKIT_GVISOR_FROM must be go or debian (not $FROM)"
 
 SHIM_PATCH=2 # bump when the shim's patch or its wrapper changes
+# The whole of `runsc --version` is read before it is matched: `runsc --version | grep -q`
+# under pipefail fails whenever grep exits before runsc writes its second line (SIGPIPE, 141),
+# which is what failed a cold CI run on a loaded machine.
 works() {
+    local version
     [ -x "$BIN/runsc" ] && [ -x "$BIN/containerd-shim-runsc-v1" ] \
         && [ -x "$BIN/containerd-shim-runsc-v1.real" ] \
         && [ "$(cat "$BIN/.shim-patch" 2>/dev/null)" = "$SHIM_PATCH" ] \
-        && "$BIN/runsc" --version 2>/dev/null | grep -q "^runsc version go-$VERSION"
+        && version=$("$BIN/runsc" --version 2>/dev/null) \
+        && [[ $version == "runsc version go-$VERSION"* ]]
 }
 
 if works; then
@@ -124,5 +129,6 @@ mv -f "$BIN/containerd-shim-runsc-v1.tmp" "$BIN/containerd-shim-runsc-v1"
 mv -f "$BIN/runsc.tmp" "$BIN/runsc"
 echo "$SHIM_PATCH" >"$BIN/.shim-patch"
 works || die "built $BIN/runsc but \`runsc --version\` does not report go-$VERSION"
-say "built $("$BIN/runsc" --version | head -n1) in $(($(date +%s) - start)) s"
+version=$("$BIN/runsc" --version)
+say "built ${version%%$'\n'*} in $(($(date +%s) - start)) s"
 echo "$BIN/runsc"

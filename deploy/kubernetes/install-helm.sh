@@ -19,7 +19,8 @@ BIN=$DIR/helm
 
 say() { echo "install-helm: $*" >&2; }
 
-works() { [ -x "$BIN" ] && "$BIN" version --short 2>/dev/null | grep -q "^${VERSION}"; }
+# Read whole, then matched (a `| grep -q` under pipefail can fail on SIGPIPE).
+works() { local v; [ -x "$BIN" ] && v=$("$BIN" version --short 2>/dev/null) && [[ $v == "$VERSION"* ]]; }
 
 if works; then
     echo "$BIN"
