@@ -29,6 +29,8 @@ UPSTREAM = r"""
 import http.server, json, os, socket, ssl, struct, sys, threading
 
 root, name = sys.argv[1], sys.argv[2]
+# HTTP, HTTPS and DNS ports (80,443,53 where the server may bind low ports; a pod may not).
+PORTS = [int(p) for p in (sys.argv[3] if len(sys.argv) > 3 else "80,443,53").split(",")]
 
 def load_names():
     try:
@@ -73,9 +75,9 @@ def serve(port, tls):
         server.socket = ctx.wrap_socket(server.socket, server_side=True)
     server.serve_forever()
 
-def dns():
+def dns(port):
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("0.0.0.0", 53))
+    sock.bind(("0.0.0.0", port))
     while True:
         data, peer = sock.recvfrom(512)
         try:
@@ -98,7 +100,7 @@ def dns():
         except Exception:
             continue
 
-for target in ((serve, (80, False)), (serve, (443, True)), (dns, ())):
+for target in ((serve, (PORTS[0], False)), (serve, (PORTS[1], True)), (dns, (PORTS[2],))):
     threading.Thread(target=target[0], args=target[1], daemon=True).start()
 print("ready", flush=True)
 threading.Event().wait()

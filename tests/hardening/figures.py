@@ -30,6 +30,8 @@ METRICS: dict[str, str] = {
     "boxes_created": "boxes those acquires created",
     "boxes_after_shutdown": "boxes left after shutdown",
     "secret_leaks": "secret or credential leaks",
+    "net_tried": "network attacks tried (egress, other boxes, control plane)",
+    "net_through": "network attacks that got through",
 }
 
 

@@ -14,6 +14,7 @@ refuses it without connecting).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,7 +47,7 @@ with socket.create_connection((proxy.hostname, proxy.port), timeout=20) as s:
 
 def run(box: Any, script: str, *args: str) -> Any:
     box.write_file("egress_probe.py", script)
-    return box.execute(" ".join(["python3", "egress_probe.py", *args]), timeout=60)
+    return box.execute(shlex.join(["python3", "egress_probe.py", *args]), timeout=60)
 
 
 class EgressTests:
