@@ -22,6 +22,7 @@ from tests.conformance_areas import carrier_areas_only
 from tests.gvisor_support import assert_in_gvisor, require_runtime_class
 
 from sandkit import SandboxKey, Settings
+from sandkit.testing.conformance import ExposeConformance
 from sandkit.testing.conformance.shared_box import SUITE_LIMITS
 
 pytestmark = pytest.mark.kubernetes
@@ -138,6 +139,23 @@ class TestKubernetesGvisorStdioConformance(runc.TestKubernetesStdioConformance):
 @carrier_areas_only
 class TestKubernetesGvisorHttpConformance(runc.TestKubernetesHttpConformance):
     """Carrier http in gVisor: what the carrier carries and its lifecycle."""
+
+
+class TestKubernetesGvisorExposeConformance(ExposeConformance):
+    """Exposed ports of gVisor pods: `pods/portforward` cannot reach gVisor's own network
+    stack (gVisor issue 3811), so each connection is an exec of `agent.pyz --net connect`
+    in the box (forward.py); the shared expose semantics hold all the same."""
+
+    @pytest.fixture
+    def expose_provider(
+        self, make_provider: Callable[..., KubernetesProvider], runtime_class: str
+    ) -> KubernetesProvider:
+        provider = make_provider(
+            execute_enabled=True,
+            expose={"enabled": True, "max_ports": 2},
+            runtime_class_name=runtime_class,
+        )
+        return provider
 
 
 @pytest.mark.parametrize("carrier", ["stdio", "http"])

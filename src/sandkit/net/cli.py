@@ -3,6 +3,7 @@
 proxy --root DIR [--listen HOST:PORT]   the egress proxy (unix mode, or TCP mode)
 relay-out --listen 127.0.0.1:3128 --socket PATH   in a box: HTTP_PROXY to the proxy
 relay-in --socket PATH --port N                   in a box: an exposed port
+connect --port N                                  in a box: one connection over stdio
 ctl --root DIR sync|ping|stats                    talk to a running proxy
 policy --root DIR --box NAME [--address IP] [--json POLICY]   write a box's policy (JSON
                                                   in --json or on stdin), then sync
@@ -31,6 +32,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     inbound = sub.add_parser("relay-in", help="box: an exposed port's socket to the server")
     inbound.add_argument("--socket", required=True)
     inbound.add_argument("--port", type=int, required=True)
+    carry = sub.add_parser("connect", help="box: one connection to a port, over stdio")
+    carry.add_argument("--port", type=int, required=True)
     ctl = sub.add_parser("ctl", help="ask a running proxy")
     ctl.add_argument("--root", required=True)
     ctl.add_argument("op", choices=["sync", "ping", "stats"])
@@ -41,7 +44,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     pol.add_argument("--address")
     pol.add_argument("--json", help="the policy (default: read from stdin)")
     pol.add_argument("--remove", action="store_true")
-    for each in (proxy, out, inbound, ctl, pol):
+    for each in (proxy, out, inbound, carry, ctl, pol):
         each.add_argument("--tag", help="an opaque label to find this process by")
     args = parser.parse_args(argv)
     if args.command == "proxy":
@@ -58,6 +61,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "relay-out":
             return relay.daemon(lambda ready: relay.run_out(args.listen, args.socket, ready))
         return relay.daemon(lambda ready: relay.run_in(args.socket, args.port, ready))
+    if args.command == "connect":
+        from .connect import run as carry_connection
+
+        return carry_connection(args.port)
     if args.command == "ctl":
         reply = control(args.root, {"op": args.op}, args.timeout)
         sys.stdout.write(json.dumps(reply) + "\n")

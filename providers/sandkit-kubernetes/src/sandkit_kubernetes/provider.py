@@ -47,7 +47,7 @@ from sandkit.uploads import HostUploads
 
 from .egress import PodEgress
 from .errors import api_error, api_message
-from .forward import PortForwards
+from .forward import ExecForward, PortForwards
 from .options import KubernetesOptions
 from .spec import (
     ANNOTATION_SPEC,
@@ -797,9 +797,18 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
     # -- exposed ports (forward.py) ---------------------------------------------------------
 
     def _port_forward(self, pod: str, port: int) -> Any:
+        """One connection to `port` in the pod: a `pods/portforward` stream, or, for pods
+        of a RuntimeClass (gVisor, Kata: port-forward cannot reach their network stack), an
+        exec of `agent.pyz --net connect` in the box (forward.py)."""
         from kubernetes.stream import portforward
 
         api = self._exec_api()
+        if self.options.runtime_class_name is not None:
+            argv = [self.options.python, "-I", "-S", f"{AGENT_DIR}/agent.pyz", "--net"]
+            argv += ["connect", "--port", str(port)]
+            stream = open_exec(api, self.options.namespace, pod, CONTAINER, argv, self._timeout)
+            stream.settimeout(None)
+            return ExecForward(stream)
         return portforward(
             api.connect_get_namespaced_pod_portforward,
             pod,
