@@ -105,13 +105,12 @@ class AgentCore:
 
             bound_processes(context.limits)  # gVisor only: see runtime/appkernel.py
         if self._supervisor is not None and config is not None and context.execute_enabled:
-            import dataclasses
             import tempfile
 
             from ..runtime.procd import ProcdClient
 
             client = ProcdClient(context, config, self._supervisor, tempfile.gettempdir())
-            context = dataclasses.replace(context, processes=client)
+            context = context.replace(processes=client)
         self._runtime = self._runtime_factory(context)
         self.context = context
         # The operations' modules load on first use, so the answer to initialize does not

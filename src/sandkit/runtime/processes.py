@@ -26,13 +26,16 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Tuple
 
 from . import process
-from .context import Context, ProcessHost
+from .context import Context
 from .errors import ErrorCode, SandboxError
 from .streaming import StreamCleaner
 from .validate import invalid, require_bool, require_int, require_number, require_str
+
+if TYPE_CHECKING:
+    from .context import ProcessHost
 
 # Ended processes kept for list_processes/process_output after their exit.
 KEEP_ENDED = 64
