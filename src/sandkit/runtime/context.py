@@ -54,20 +54,6 @@ class Context(Value):
     the type checker only: the agent does not load `typing`.
     """
 
-    FIELDS = (
-        "mapping",
-        "limits",
-        "rg_path",
-        "execute_enabled",
-        "secrets",
-        "scrubbed_env",
-        "env",
-        "bounds",
-        "processes",
-        "calls",
-    )
-    __slots__ = FIELDS
-
     mapping: PathMapping
     limits: Limits
     # Path to a ripgrep binary, or None to use the pure-Python engine only.

@@ -31,9 +31,6 @@ CUT_MARKER = "\n[... line %d cut: %d of %d bytes shown; read_bytes returns the w
 class _Target(Value):
     """A resolved path split into its mount root and the components below it."""
 
-    FIELDS = ("virtual", "root", "parts")
-    __slots__ = FIELDS
-
     virtual: str  # canonical virtual path, for results and messages
     root: str
     parts: Tuple[str, ...]

@@ -18,33 +18,6 @@ MIB = 1024 * KIB
 
 
 class Limits(Value):
-    FIELDS = (
-        "read_max_lines",
-        "read_max_bytes",
-        "write_max_bytes",
-        "transfer_max_bytes",
-        "list_max_entries",
-        "list_max_depth",
-        "glob_default_results",
-        "glob_max_results",
-        "grep_default_results",
-        "grep_max_results",
-        "grep_max_file_bytes",
-        "grep_line_chars",
-        "grep_max_context",
-        "search_timeout_s",
-        "exec_default_timeout_s",
-        "exec_max_timeout_s",
-        "exec_output_bytes",
-        "exec_stream_bytes",
-        "process_max_live",
-        "process_output_bytes",
-        "process_wait_max_s",
-        "exec_max_processes",
-        "exec_memory_bytes",
-    )
-    __slots__ = FIELDS
-
     read_max_lines: int
     read_max_bytes: int
     write_max_bytes: int

@@ -24,9 +24,6 @@ if TYPE_CHECKING:
 
 
 class Operation(Value):
-    FIELDS = ("name", "target", "result", "read_only", "bytes_param", "streaming")
-    __slots__ = FIELDS
-
     name: str
     # "module.function" of this package, imported on first use: an agent that starts
     # (or wakes) for one call loads that call's module only, not every operation's.

@@ -38,9 +38,6 @@ _SEGMENT_PRECEDED = r"(?<![\w.\-~/])"
 
 
 class Mount(Value):
-    FIELDS = ("virtual", "real", "read_only")
-    __slots__ = FIELDS
-
     virtual: str
     real: str
     read_only: bool
@@ -54,9 +51,6 @@ class Mount(Value):
 
 class Resolved(Value):
     """A checked path: `real` is symlink-free and inside `mount`."""
-
-    FIELDS = ("virtual", "real", "mount")
-    __slots__ = FIELDS
 
     virtual: str
     real: str

@@ -353,9 +353,6 @@ class Launch(Value):
     `launcher`: argv starts with the bounds' launcher, whose exit 126 and BOUNDS_FAILED
     mean that it could not apply them (the command never ran)."""
 
-    FIELDS = ("argv", "cwd", "env", "preexec", "launcher")
-    __slots__ = FIELDS
-
     argv: List[str]
     cwd: str
     env: Dict[str, str]

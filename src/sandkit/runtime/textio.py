@@ -61,9 +61,6 @@ def utf8_suffix(data: bytes, limit: int) -> bytes:
 
 
 class LineWindow(Value):
-    FIELDS = ("data", "first", "last", "total", "cut")
-    __slots__ = FIELDS
-
     data: bytes
     first: int  # first line served (1-based)
     last: int  # last line served; first - 1 when nothing was served

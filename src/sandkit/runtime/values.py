@@ -16,12 +16,18 @@ if TYPE_CHECKING:
 
 class Value:
     """What `@dataclasses.dataclass(frozen=True)` gave the runtime's records: the fields
-    (`FIELDS`, in the order of `__init__`'s parameters) set once by `__init__` through
-    `_init`, equality and hash by value within one class, a repr naming them, no assignment
-    afterwards, and `replace` (what `dataclasses.replace` did)."""
+    (`FIELDS`: the parameters of the subclass's `__init__`, in order, so each field is
+    written once as a parameter and once as a typed attribute) set once by `__init__`
+    through `_init`, equality and hash by value within one class, a repr naming them, no
+    assignment afterwards, and `replace` (what `dataclasses.replace` did)."""
 
     __slots__ = ()
     FIELDS: Tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        code = cls.__init__.__code__
+        cls.FIELDS = code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount]
 
     def _init(self, values: Dict[str, Any]) -> None:
         """Set every field from `values` (an `__init__`'s `locals()`)."""
