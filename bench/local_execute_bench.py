@@ -12,7 +12,6 @@ can be made). Rounds alternate bounded and unbounded so drift hits both.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import tempfile
 import threading
@@ -32,7 +31,7 @@ from sandkit.local import LocalProvider, LocalSandbox  # noqa: E402
 def unbounded(sandbox: LocalSandbox) -> LocalSandbox:
     """The same sandbox's runtime with its context's bounds removed (the baseline)."""
     runtime = sandbox.runtime
-    runtime.context = dataclasses.replace(runtime.context, bounds=None)
+    runtime.context = runtime.context.replace(bounds=None)
     return sandbox
 
 

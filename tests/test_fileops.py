@@ -31,7 +31,7 @@ class Box:
     ctx: Context
 
     def with_limits(self, **changes: Any) -> Context:
-        return dataclasses.replace(self.ctx, limits=dataclasses.replace(self.ctx.limits, **changes))
+        return self.ctx.replace(limits=self.ctx.limits.replace(**changes))
 
 
 @pytest.fixture()
@@ -268,7 +268,7 @@ def swap_to_symlink(victim: Path, target: Path) -> Any:
 def test_swapped_parent_directory_cannot_redirect_a_write(box: Box) -> None:
     (box.ws / "sub").mkdir()
     mapping = SwappingMapping(box.ctx.mapping, swap_to_symlink(box.ws / "sub", box.outside))
-    ctx = dataclasses.replace(box.ctx, mapping=mapping)
+    ctx = box.ctx.replace(mapping=mapping)
     fails(ErrorCode.ACCESS_DENIED, fileops.write_file, ctx, "sub/evil.txt", "pwned")
     assert not (box.outside / "evil.txt").exists()
 
@@ -276,7 +276,7 @@ def test_swapped_parent_directory_cannot_redirect_a_write(box: Box) -> None:
 def test_swapped_final_component_cannot_redirect_a_write_or_read(box: Box) -> None:
     (box.ws / "f.txt").write_text("mine\n")
     swap = swap_to_symlink(box.ws / "f.txt", box.outside / "secret.txt")
-    ctx = dataclasses.replace(box.ctx, mapping=SwappingMapping(box.ctx.mapping, swap))
+    ctx = box.ctx.replace(mapping=SwappingMapping(box.ctx.mapping, swap))
     fails(ErrorCode.ACCESS_DENIED, fileops.write_file, ctx, "f.txt", "pwned")
     assert (box.outside / "secret.txt").read_text() == "host secret\n"
     (box.ws / "f.txt").unlink()

@@ -40,7 +40,7 @@ class Box:
     ctx: Context
 
     def with_limits(self, **changes: Any) -> Context:
-        return dataclasses.replace(self.ctx, limits=dataclasses.replace(self.ctx.limits, **changes))
+        return self.ctx.replace(limits=self.ctx.limits.replace(**changes))
 
 
 @pytest.fixture()
@@ -96,7 +96,7 @@ def wait_dead(pid: int, seconds: float = 3.0) -> bool:
 
 
 def test_disabled_by_context(box: Box) -> None:
-    ctx = dataclasses.replace(box.ctx, execute_enabled=False)
+    ctx = box.ctx.replace(execute_enabled=False)
     fails(ErrorCode.EXECUTE_DISABLED, ctx, "touch pwned")
     assert not (box.ws / "pwned").exists()
 
@@ -209,13 +209,13 @@ def test_scrubbed_names_and_secret_values_are_not_inherited(
 ) -> None:
     monkeypatch.setenv("TZ", "Europe/Paris")
     monkeypatch.setenv("USER", "user-" + SECRET)
-    ctx = dataclasses.replace(box.ctx, scrubbed_env=("TZ",))
+    ctx = box.ctx.replace(scrubbed_env=("TZ",))
     env = run(ctx, "env")["stdout"]
     assert "TZ=" not in env and "USER=" not in env
 
 
 def test_caller_env_is_merged_and_may_name_scrubbed_variables(box: Box) -> None:
-    ctx = dataclasses.replace(box.ctx, scrubbed_env=("API_TOKEN",))
+    ctx = box.ctx.replace(scrubbed_env=("API_TOKEN",))
     r = run(
         ctx,
         'echo "$GREETING|$API_TOKEN|$LANG|$OUT"; ls "$OUT"',
@@ -482,7 +482,7 @@ def bounded(box: Box) -> Iterator[tuple[Context, hostlimits.ProcessBounds]]:
     require_cgroups()
     bounds = hostlimits.create(32, 64 * 1024 * 1024)
     try:
-        yield dataclasses.replace(box.ctx, bounds=bounds), bounds
+        yield box.ctx.replace(bounds=bounds), bounds
     finally:
         bounds.remove()
 
@@ -553,7 +553,7 @@ def test_without_cgroups_rlimits_bound_each_command(
     assert bounds.cgroups == ()
     expected = "none" if os.geteuid() == 0 else "rlimit"  # root ignores RLIMIT_NPROC
     assert bounds.mechanism == {"processes": expected, "memory": "rlimit"}
-    ctx = dataclasses.replace(box.ctx, bounds=bounds)
+    ctx = box.ctx.replace(bounds=bounds)
     assert run(ctx, "ulimit -d")["stdout"] == f"{64 * 1024}\n"  # KiB, hard limit too
     assert run(ctx, "ulimit -H -d")["stdout"] == f"{64 * 1024}\n"
     r = run(ctx, f"{PY} -c {shlex.quote(HOG)}")

@@ -17,6 +17,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from typing import NoReturn
 
 EXIT_MISSING_STDLIB = 3
 EXIT_BAD_CONFIG = 4
@@ -43,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     trouble = problem(http="--http" in args)
     if trouble is None:
         try:
-            from ..runtime import service  # noqa: F401
-            from . import server  # noqa: F401 - import check of the agent itself
+            # The import check of the agent itself; the runtime's modules load when first
+            # needed (the preflight found every stdlib module they import).
+            from . import server  # noqa: F401
         except ImportError as exc:
             if not getattr(exc, "name", None):
                 raise
@@ -75,10 +77,74 @@ def _keep_memory_private() -> None:
         pass
 
 
-def _run(args: list[str]) -> int:
-    import argparse
+class _Options:
+    """The parsed command line (the names argparse gives the options)."""
 
-    _keep_memory_private()
+    def __init__(self) -> None:
+        self.stdio = False
+        self.http: str | None = None
+        self.procd: str | None = None
+        self.config: str | None = None
+        self.token_file: str | None = None
+        self.keep_files = False
+        self.workers = 8
+        self.tag: str | None = None
+
+
+# The options, and whether each takes a value (see _parser, which documents them).
+_FLAGS = {
+    "--stdio": False,
+    "--http": True,
+    "--procd": True,
+    "--config": True,
+    "--token-file": True,
+    "--keep-files": False,
+    "--workers": True,
+    "--tag": True,
+}
+_CARRIERS = ("--stdio", "--http", "--procd")
+
+
+def _quick_parse(args: list[str]) -> _Options | None:
+    """The command line as argparse reads it, for the plain forms a provider writes (each
+    option once, spelt out, `--name value` or `--name=value`); None for anything else,
+    which argparse then reads (and answers: errors, --help, --version, abbreviations).
+    Not argparse itself: building its parser costs more than the rest of a start."""
+    values: dict[str, str] = {}
+    rest = iter(args)
+    for arg in rest:
+        name, equals, value = arg.partition("=")
+        takes_value = _FLAGS.get(name)
+        if takes_value is None or name in values:
+            return None
+        if not takes_value:
+            if equals:
+                return None
+        elif not equals:
+            value = next(rest, "")
+        if takes_value and (not value or value.startswith("-")):
+            return None  # argparse has its own rules for these
+        values[name] = value
+    if sum(name in values for name in _CARRIERS) != 1:
+        return None
+    options = _Options()
+    options.stdio = "--stdio" in values
+    options.http = values.get("--http")
+    options.procd = values.get("--procd")
+    options.config = values.get("--config")
+    options.token_file = values.get("--token-file")
+    options.keep_files = "--keep-files" in values
+    options.tag = values.get("--tag")
+    if "--workers" in values:
+        try:
+            options.workers = int(values["--workers"])
+        except ValueError:
+            return None
+    return options
+
+
+def _parser() -> argparse.ArgumentParser:
+    import argparse
 
     from . import AGENT_VERSION
 
@@ -108,20 +174,42 @@ def _run(args: list[str]) -> int:
         help="an opaque label a provider finds this agent by in /proc/<pid>/cmdline (the "
         "agent is non-dumpable, so its environ is not readable to the box user)",
     )
-    options = parser.parse_args(args)
+    return parser
+
+
+def _parse(args: list[str]) -> _Options:
+    quick = _quick_parse(args)
+    if quick is not None:
+        return quick
+    parsed = _parser().parse_args(args)
+    options = _Options()
+    for name in vars(options):
+        setattr(options, name, getattr(parsed, name))
+    return options
+
+
+def _usage_error(message: str) -> NoReturn:
+    """Exit 2 with the usage and `message`, as argparse does."""
+    _parser().error(message)
+
+
+def _run(args: list[str]) -> int:
+    _keep_memory_private()
+
+    options = _parse(args)
     if options.workers < 1:
-        parser.error("--workers must be >= 1")
+        _usage_error("--workers must be >= 1")
     if options.procd:
         from ..runtime.procd import serve
 
         return serve(options.procd)
     if options.stdio:
         if options.config or options.token_file:
-            parser.error("--config and --token-file are for --http; stdio gets initialize")
+            _usage_error("--config and --token-file are for --http; stdio gets initialize")
         from .stdio_carrier import serve_stdio
 
         return serve_stdio(options.workers, _this_agent())
-    return _serve_http(parser, options)
+    return _serve_http(options)
 
 
 def _this_agent() -> list[str]:
@@ -131,16 +219,16 @@ def _this_agent() -> list[str]:
     return agent_argv()
 
 
-def _serve_http(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+def _serve_http(options: _Options) -> int:
     from .http_carrier import MIN_TOKEN_CHARS, serve_http
     from .server import AgentCore, log
 
-    host, _, port_text = options.http.rpartition(":")
+    host, _, port_text = (options.http or "").rpartition(":")
     host = host.strip("[]")
     if not host or not port_text.isdigit():
-        parser.error("--http takes HOST:PORT, e.g. 0.0.0.0:8765")
+        _usage_error("--http takes HOST:PORT, e.g. 0.0.0.0:8765")
     if not options.config:
-        parser.error("--http needs --config PATH")
+        _usage_error("--http needs --config PATH")
     # Taken out of the environment before any command can inherit it.
     token = os.environ.pop(TOKEN_ENV, "")
     try:

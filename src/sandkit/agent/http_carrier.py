@@ -12,11 +12,14 @@ import json
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Optional, Tuple
 
 from ..runtime.errors import ErrorCode, SandboxError
 from . import protocol as p
 from .server import AgentCore, BadRequest, Request, log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
 
 # Idle keep-alive connections are closed after this many seconds; clients
 # drop pooled connections well before (see sandkit.transports.http).

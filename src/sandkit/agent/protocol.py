@@ -7,17 +7,24 @@ module is the single implementation both ends import, so they cannot drift.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
+from collections.abc import Mapping
 
-from ..runtime.context import Context
 from ..runtime.errors import ErrorCode, SandboxError
-from ..runtime.limits import MIB, Limits
+from ..runtime.limits import MIB
 from ..runtime.operations import OPERATIONS
-from ..runtime.pathmap import PathMapping
+
+# Not `typing`: an agent loads only what its first answer needs (docs/benchmarks.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
+
+    from ..runtime.context import Context
+    from ..runtime.limits import Limits
+    from ..runtime.pathmap import PathMapping
+
+    RequestId = Union[int, str, None]
 
 JSONRPC = "2.0"
 
@@ -97,6 +104,8 @@ def agent_config(
     container); `rg_path` is a ripgrep path inside the box, or None; `env`:
     variables every command gets (e.g. the egress proxy's), before the caller's.
     """
+    from ..runtime.limits import Limits
+
     config = {
         "mapping": mapping.to_dict(),
         "limits": (limits or Limits()).to_dict(),
@@ -112,6 +121,10 @@ def agent_config(
 
 def context_from_config(config: Any) -> Context:
     """Check an `agent_config` dict received from anywhere and build the Context."""
+    from ..runtime.context import Context
+    from ..runtime.limits import Limits
+    from ..runtime.pathmap import PathMapping
+
     if not isinstance(config, Mapping):
         raise _invalid("config must be an object")
     unknown = set(config) - {
@@ -178,6 +191,8 @@ def _invalid(message: str) -> SandboxError:
 
 
 def encode_bytes(data: Union[bytes, bytearray, memoryview]) -> Dict[str, str]:
+    import base64
+
     return {BYTES_TAG: base64.b64encode(data).decode("ascii")}
 
 
@@ -191,6 +206,9 @@ def decode_bytes(value: Any) -> Any:
         text = value[BYTES_TAG]
         if not isinstance(text, str):
             raise _invalid("%s must hold a base64 string" % BYTES_TAG)
+        import base64
+        import binascii
+
         try:
             return base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
@@ -227,8 +245,6 @@ def decode_result(method: str, result: Any) -> Any:
 
 
 # -- messages ---------------------------------------------------------------------
-
-RequestId = Union[int, str, None]
 
 
 def request(request_id: RequestId, method: str, params: Mapping[str, Any]) -> Dict[str, Any]:

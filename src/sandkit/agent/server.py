@@ -7,20 +7,23 @@ every failure into a JSON-RPC error with a stable `ErrorCode` happen here.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import threading
-import traceback
-from typing import Any, Callable, Dict, FrozenSet, List, Optional
 
-from ..runtime.context import Context
 from ..runtime.errors import ErrorCode, SandboxError
 from . import AGENT_VERSION, PROTOCOL_VERSION
 from . import protocol as p
 
-# Builds the object whose `call(method, params)` runs an operation.
-RuntimeFactory = Callable[[Context], Any]
+# Not `typing`: an agent loads only what its first answer needs (docs/benchmarks.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, FrozenSet, List, Optional
+
+    from ..runtime.context import Context
+
+    # Builds the object whose `call(method, params)` runs an operation.
+    RuntimeFactory = Callable[[Context], Any]
 
 
 def log(message: str) -> None:
@@ -44,14 +47,38 @@ def _operation_names() -> FrozenSet[str]:
     return frozenset(OPERATIONS)
 
 
-@dataclasses.dataclass
 class Request:
     """A checked request; `notify` requests (no id) get no response."""
 
-    id: p.RequestId
-    method: str
-    params: Dict[str, Any]
-    notify: bool = False
+    __slots__ = ("id", "method", "notify", "params")
+
+    def __init__(
+        self, id: p.RequestId, method: str, params: Dict[str, Any], notify: bool = False
+    ) -> None:
+        self.id = id
+        self.method = method
+        self.params = params
+        self.notify = notify
+
+    def __repr__(self) -> str:
+        return "Request(id=%r, method=%r, params=%r, notify=%r)" % (
+            self.id,
+            self.method,
+            self.params,
+            self.notify,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Request) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.id, self.method, self.params, self.notify) == (
+            other.id,
+            other.method,
+            other.params,
+            other.notify,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
 
 class BadRequest(Exception):
@@ -105,13 +132,10 @@ class AgentCore:
 
             bound_processes(context.limits)  # gVisor only: see runtime/appkernel.py
         if self._supervisor is not None and config is not None and context.execute_enabled:
-            import dataclasses
-            import tempfile
-
             from ..runtime.procd import ProcdClient
 
-            client = ProcdClient(context, config, self._supervisor, tempfile.gettempdir())
-            context = dataclasses.replace(context, processes=client)
+            client = ProcdClient(context, config, self._supervisor)
+            context = context.replace(processes=client)
         self._runtime = self._runtime_factory(context)
         self.context = context
         # The operations' modules load on first use, so the answer to initialize does not
@@ -259,6 +283,8 @@ class AgentCore:
     def internal_error(self, request: Request, exc: BaseException) -> Dict[str, Any]:
         # The traceback names files of this process; it goes to the log, and
         # the caller gets only the exception type.
+        import traceback
+
         log(
             "internal error in %s:\n%s"
             % (
@@ -340,6 +366,9 @@ class _NotInitialized(Exception):
 
 
 def _load_operations() -> None:
+    # What the stdio carrier's worker pools need, made at the first operation.
+    import concurrent.futures  # noqa: F401
+
     from ..runtime.operations import OPERATIONS
 
     for operation in OPERATIONS.values():

@@ -13,17 +13,20 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, BinaryIO, Dict, List, Optional
 
 from . import protocol as p
 from .server import AgentCore, BadRequest, Request, log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+    from typing import Any, BinaryIO, Dict, List, Optional
 
 # How long `sleep` waits for answered requests to be counted done.
 SETTLE_S = 0.5
 
 
-def detach_stdio() -> "tuple[BinaryIO, BinaryIO]":
+def detach_stdio() -> tuple[BinaryIO, BinaryIO]:
     """Take the protocol pipes off fds 0/1 so nothing else can touch them.
 
     Children (commands run by `execute`) inherit fds 0-2: after this, fd 0 is
@@ -51,8 +54,11 @@ class StdioServer:
         self._busy = 0  # requests accepted and not answered yet
         self._busy_lock = threading.Condition()
         self._reader: Optional[p.FrameReader] = None
-        self._ops = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="op")
-        self._exec = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="exec")
+        self._workers = workers
+        # Made at the first operation: initialize and ping do not wait for
+        # concurrent.futures (and its logging) to load.
+        self._ops: Optional[ThreadPoolExecutor] = None
+        self._exec: Optional[ThreadPoolExecutor] = None
 
     def serve(self) -> None:
         """Serve until stdin ends; operations already running are finished."""
@@ -73,8 +79,9 @@ class StdioServer:
             # Running operations finish (they are bounded by their own
             # timeouts, and commands must not be orphaned mid-run); queued
             # ones are dropped since nobody is left to read their answers.
-            self._ops.shutdown(wait=True, cancel_futures=True)
-            self._exec.shutdown(wait=True, cancel_futures=True)
+            for pool in (self._ops, self._exec):
+                if pool is not None:
+                    pool.shutdown(wait=True, cancel_futures=True)
 
     def _read(self, size: int) -> bytes:
         try:
@@ -100,10 +107,24 @@ class StdioServer:
             self._run(request)
             return
         if self.core.is_stream(request):
-            self._exec.submit(self._run_stream, request)
+            self._pool(slow=True).submit(self._run_stream, request)
             return
-        pool = self._exec if request.method in p.SLOW_METHODS else self._ops
-        pool.submit(self._run, request)
+        self._pool(slow=request.method in p.SLOW_METHODS).submit(self._run, request)
+
+    def _pool(self, slow: bool) -> ThreadPoolExecutor:
+        """The pool for operations (slow: commands, long polls), made on first use (by the
+        reading thread, the only one that submits)."""
+        pool = self._exec if slow else self._ops
+        if pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            prefix = "exec" if slow else "op"
+            pool = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix=prefix)
+            if slow:
+                self._exec = pool
+            else:
+                self._ops = pool
+        return pool
 
     def _run_stream(self, request: Request) -> None:
         try:

@@ -8,7 +8,6 @@ run in a cgroup of their own (or under rlimits), see `hostlimits`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 import time
 from typing import Any
@@ -89,7 +88,7 @@ def build_context(
     if not settings.execute_enabled:
         return context
     # Background processes live in this process: no box outlives it (docs/providers/local.md).
-    return dataclasses.replace(context, processes=ProcessTable(context))
+    return context.replace(processes=ProcessTable(context))
 
 
 class LocalProvider(SandboxProvider):

@@ -12,7 +12,10 @@ import contextlib
 import os
 import threading
 import time
-from typing import Iterator, Set
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterator, Set
 
 
 class Cancelled(Exception):

@@ -11,16 +11,19 @@ whole or not shown at all; a partial one never leaks.
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Optional
 
 from .textio import utf8_prefix, utf8_suffix
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Iterable, Optional
+
+    Transform = Callable[[str], str]
 
 REDACTED = "[REDACTED]"
 ELIDED_MARKER = "\n... [%d bytes elided] ...\n"
 # Longest real path a mask could replace (PATH_MAX), plus a lookahead byte.
 _PATH_MARGIN = 4096 + 8
-
-Transform = Callable[[str], str]
 
 
 class Redactor:

@@ -8,7 +8,10 @@ matter where the operation ran.
 from __future__ import annotations
 
 import enum
-from typing import Any, Dict
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict
 
 
 class ErrorCode(str, enum.Enum):

@@ -10,10 +10,8 @@ describes the semantics for users.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import stat
-from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from . import ignore, safefs, textio
 from .context import Context
@@ -21,17 +19,24 @@ from .errors import ErrorCode, SandboxError
 from .oserrors import to_sandbox_error
 from .pathmap import WORKSPACE, Resolved
 from .validate import invalid, optional_int, require_bool, require_int, require_str
+from .values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 CUT_MARKER = "\n[... line %d cut: %d of %d bytes shown; read_bytes returns the whole file ...]\n"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Target:
+class _Target(Value):
     """A resolved path split into its mount root and the components below it."""
 
     virtual: str  # canonical virtual path, for results and messages
     root: str
     parts: Tuple[str, ...]
+
+    def __init__(self, virtual: str, root: str, parts: Tuple[str, ...]) -> None:
+        self._init(locals())
 
     @property
     def name(self) -> str:

@@ -17,7 +17,6 @@ import os
 import re
 import stat
 import time
-from typing import Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 try:
     import fcntl
@@ -25,6 +24,10 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
 from .ignore import is_ignored_dir, is_ignored_file
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 MAX_PATTERN_CHARS = 4096
 MAX_EXPANSIONS = 256
@@ -79,7 +82,8 @@ class _Class:
         return "[" + ("^" if self.negate else "") + "".join(parts) + "]"
 
 
-_Token = Union[str, _Wild, _Class]  # a literal character, _STAR, _ANY or a class
+if TYPE_CHECKING:
+    _Token = Union[str, _Wild, _Class]  # a literal character, _STAR, _ANY or a class
 
 
 class Segment:
@@ -145,7 +149,8 @@ def _wildcard_match(tokens: Sequence[_Token], name: str) -> bool:
     return ti == len(tokens)
 
 
-_Part = Union[Segment, _Wild]  # a Segment or RECURSIVE
+if TYPE_CHECKING:
+    _Part = Union[Segment, _Wild]  # a Segment or RECURSIVE
 
 
 class Alternative:
@@ -180,7 +185,8 @@ def _class_end(text: str, start: int) -> int:
 
 
 # A brace tree: a list whose items are plain text or lists of alternatives.
-_Brace = List[Union[str, List["_Brace"]]]
+if TYPE_CHECKING:
+    _Brace = List[Union[str, List["_Brace"]]]
 
 
 def _parse_braces(text: str, pos: int, depth: int, nested: bool) -> Tuple[List[_Brace], int]:
@@ -560,9 +566,11 @@ class Deadline:
         return self.at - time.monotonic()
 
 
-_States = Set[Tuple[int, int]]
+if TYPE_CHECKING:
+    _States = Set[Tuple[int, int]]
 # (sort key, 0 = the entry itself / 1 = its subtree, name, real path, kind, NFA states)
-_Item = Tuple[str, int, str, str, str, Optional[_States]]
+if TYPE_CHECKING:
+    _Item = Tuple[str, int, str, str, str, Optional[_States]]
 
 
 def walk(

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import FrozenSet, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import FrozenSet, Tuple
 
 IGNORED_DIRS: FrozenSet[str] = frozenset(
     {

@@ -13,27 +13,39 @@ Adding an operation is an entry here plus its runtime function.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
+from .values import Value
+
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import inspect
+    from typing import Any, Callable, Dict, Optional, Tuple
 
 
-@dataclasses.dataclass(frozen=True)
-class Operation:
+class Operation(Value):
     name: str
     # "module.function" of this package, imported on first use: an agent that starts
     # (or wakes) for one call loads that call's module only, not every operation's.
     target: str
     # Name of the result model in `sandkit.models`, or "bytes" for raw bytes.
     result: str
-    read_only: bool = False
+    read_only: bool
     # The parameter that carries bytes (base64-tagged on the wire), if any.
-    bytes_param: Optional[str] = None
+    bytes_param: Optional[str]
     # Sends output events while it runs (the function takes `emit` and `cancel`).
-    streaming: bool = False
+    streaming: bool
+
+    def __init__(
+        self,
+        name: str,
+        target: str,
+        result: str,
+        read_only: bool = False,
+        bytes_param: Optional[str] = None,
+        streaming: bool = False,
+    ) -> None:
+        self._init(locals())
 
     @property
     def bytes_result(self) -> bool:

@@ -8,10 +8,14 @@ last component and would make a poor message.
 from __future__ import annotations
 
 import errno
-from typing import Dict, Optional
 
 from .errors import ErrorCode, SandboxError
-from .pathmap import PathMapping
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, Optional
+
+    from .pathmap import PathMapping
 
 _BY_ERRNO: Dict[int, ErrorCode] = {
     errno.ENOENT: ErrorCode.NOT_FOUND,

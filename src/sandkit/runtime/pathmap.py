@@ -8,13 +8,16 @@ everywhere.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import posixpath
 import re
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .errors import ErrorCode, SandboxError
+from .values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 USER_DATA = "/mnt/user-data"
 WORKSPACE = USER_DATA + "/workspace"
@@ -34,23 +37,27 @@ _SEGMENT_CONTINUES = r"(?![\w.\-~])"
 _SEGMENT_PRECEDED = r"(?<![\w.\-~/])"
 
 
-@dataclasses.dataclass(frozen=True)
-class Mount:
+class Mount(Value):
     virtual: str
     real: str
-    read_only: bool = False
+    read_only: bool
+
+    def __init__(self, virtual: str, real: str, read_only: bool = False) -> None:
+        self._init(locals())
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"virtual": self.virtual, "real": self.real, "read_only": self.read_only}
 
 
-@dataclasses.dataclass(frozen=True)
-class Resolved:
+class Resolved(Value):
     """A checked path: `real` is symlink-free and inside `mount`."""
 
     virtual: str
     real: str
     mount: Mount
+
+    def __init__(self, virtual: str, real: str, mount: Mount) -> None:
+        self._init(locals())
 
 
 def is_within(path: str, root: str) -> bool:

@@ -23,22 +23,23 @@ answered `{"result"}` or `{"error": {"code", "message"}}`.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
-import hmac
 import json
 import os
-import secrets
-import socket
-import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
 
-from .context import Context
 from .errors import ErrorCode, SandboxError
-from .processes import ProcessTable
+
+# An agent builds its ProcdClient while it answers `initialize`; the modules only the
+# supervisor or a first call needs (sockets, hashes, subprocess) load then.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from typing import Any, Dict, List, Optional, Tuple
+
+    from .context import Context
+    from .processes import ProcessTable
 
 IDLE_EXIT_S = 300.0
 START_TIMEOUT_S = 10.0
@@ -50,16 +51,23 @@ _OPS = ("spawn", "output", "write_stdin", "signal", "wait", "list", "end_all")
 
 def config_key(config: Dict[str, Any]) -> bytes:
     """The shared secret of a sandbox's agents and its supervisor."""
+    import hashlib
+
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(b"sandkit-procd\0" + canonical).digest()
 
 
 def socket_dir(config: Dict[str, Any], base: str) -> str:
+    import hashlib
+
     name = hashlib.sha256(b"dir\0" + config_key(config)).hexdigest()[:16]
     return os.path.join(base, ".sandkit-procd-" + name)
 
 
 def _proof(key: bytes, side: bytes, nonce: str) -> str:
+    import hashlib
+    import hmac
+
     return hmac.new(key, side + nonce.encode(), hashlib.sha256).hexdigest()
 
 
@@ -98,6 +106,8 @@ class Supervisor:
         self.table = table
         self.key = key
         self.path = path
+        import socket
+
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._stop = threading.Event()
 
@@ -109,6 +119,8 @@ class Supervisor:
         self._sock.listen(64)
 
     def serve(self) -> None:
+        import socket
+
         threading.Thread(target=self._idle_watch, daemon=True).start()
         self._sock.settimeout(1.0)
         while not self._stop.is_set():
@@ -131,6 +143,9 @@ class Supervisor:
                     self._sock.close()
 
     def _connection(self, conn: socket.socket) -> None:
+        import hmac
+        import secrets
+
         with conn:
             try:
                 lines = _Lines(conn)
@@ -168,6 +183,7 @@ class Supervisor:
 def serve(directory: str) -> int:
     """`agent.pyz --procd DIR`: read the config from stdin, detach, serve until idle."""
     from ..agent.protocol import context_from_config
+    from .processes import ProcessTable
 
     config = json.loads(sys.stdin.buffer.read())
     context = context_from_config(config)
@@ -191,18 +207,46 @@ def serve(directory: str) -> int:
 class ProcdClient:
     """An agent's view of its box's supervisor; starts it when none answers."""
 
-    def __init__(self, ctx: Context, config: Dict[str, Any], agent: List[str], base: str) -> None:
-        """`agent` is the argv that runs the agent zipapp (`--procd DIR` is appended)."""
+    def __init__(
+        self, ctx: Context, config: Dict[str, Any], agent: List[str], base: Optional[str] = None
+    ) -> None:
+        """`agent` is the argv that runs the agent zipapp (`--procd DIR` is appended);
+        `base` the directory of the supervisor's socket directory (default: the temp
+        directory). Key and directory are worked out at the first call, not while the
+        agent answers `initialize`."""
         self._ctx = ctx
         self._config = config
-        self._key = config_key(config)
-        self._dir = socket_dir(config, base)
-        self._path = os.path.join(self._dir, "sock")
+        self._base = base
+        self._place: Optional[Tuple[bytes, str]] = None
         self._agent = agent
         self._start_lock = threading.Lock()
         # Authenticated connections kept for the next calls (one handshake, not one per call).
         self._pool_lock = threading.Lock()
         self._idle: List[socket.socket] = []
+
+    def _where(self) -> Tuple[bytes, str]:
+        """The key shared with the supervisor, and the directory of its socket."""
+        place = self._place
+        if place is None:
+            base = self._base
+            if base is None:
+                import tempfile
+
+                base = tempfile.gettempdir()
+            place = self._place = (config_key(self._config), socket_dir(self._config, base))
+        return place
+
+    @property
+    def _key(self) -> bytes:
+        return self._where()[0]
+
+    @property
+    def _dir(self) -> str:
+        return self._where()[1]
+
+    @property
+    def _path(self) -> str:
+        return os.path.join(self._where()[1], "sock")
 
     # ProcessHost -------------------------------------------------------------------------
 
@@ -290,6 +334,10 @@ class ProcdClient:
 
     def _connect(self) -> Optional[socket.socket]:
         """A connection that passed the handshake, or None when no supervisor listens."""
+        import hmac
+        import secrets
+        import socket
+
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(self._path)
@@ -325,6 +373,9 @@ class ProcdClient:
 
     def _start(self) -> socket.socket:
         """Start the supervisor (one per box, even when agents race to), then connect."""
+        import fcntl
+        import subprocess
+
         with self._start_lock:
             os.makedirs(self._dir, mode=0o700, exist_ok=True)
             with open(os.path.join(self._dir, "lock"), "a") as lock:

@@ -11,14 +11,12 @@ paths masked before the output leaves. docs/operations.md has the contract.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import select
 import selectors
 import signal
 import subprocess
 import time
-from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from .cancel import Cancel, Cancelled
 from .capture import HeadTail, Redactor, margin_for
@@ -27,6 +25,11 @@ from .errors import ErrorCode, SandboxError
 from .oserrors import to_sandbox_error
 from .streaming import StreamCleaner, cleaner_for
 from .validate import invalid, require_env, require_number, require_str
+from .values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Protocol
 
 SHELLS = ("/bin/bash", "/bin/sh")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -41,10 +44,12 @@ _POLL_S = 0.05
 _CHUNK = 1 << 16
 
 
-class Sink(Protocol):
-    """Where a pipe's bytes go (a HeadTail, or a tap that also streams them)."""
+if TYPE_CHECKING:
 
-    def feed(self, data: bytes) -> None: ...
+    class Sink(Protocol):
+        """Where a pipe's bytes go (a HeadTail, or a tap that also streams them)."""
+
+        def feed(self, data: bytes) -> None: ...
 
 
 def _exited_or(proc: "subprocess.Popen[bytes]", cancel: Cancel) -> Callable[[], bool]:
@@ -343,8 +348,7 @@ def _run(
             proc.wait()
 
 
-@dataclasses.dataclass(frozen=True)
-class Launch:
+class Launch(Value):
     """A checked command, ready to start: argv (with the bounds' launcher), cwd, env.
     `launcher`: argv starts with the bounds' launcher, whose exit 126 and BOUNDS_FAILED
     mean that it could not apply them (the command never ran)."""
@@ -353,7 +357,17 @@ class Launch:
     cwd: str
     env: Dict[str, str]
     preexec: Optional[Callable[[], None]]
-    launcher: bool = False
+    launcher: bool
+
+    def __init__(
+        self,
+        argv: List[str],
+        cwd: str,
+        env: Dict[str, str],
+        preexec: Optional[Callable[[], None]],
+        launcher: bool = False,
+    ) -> None:
+        self._init(locals())
 
 
 def prepare(ctx: Context, command: Any, env: Any, cwd: Any) -> Launch:
@@ -422,7 +436,8 @@ def start_failure(ctx: Context, exc: BaseException) -> SandboxError:
     return invalid(ctx.mapping.mask(str(exc)))  # e.g. an env value Popen refuses
 
 
-Emit = Callable[[Dict[str, Any]], None]
+if TYPE_CHECKING:
+    Emit = Callable[[Dict[str, Any]], None]
 
 
 class _Tap:

@@ -26,13 +26,18 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from . import process
-from .context import Context, ProcessHost
+from .context import Context
 from .errors import ErrorCode, SandboxError
 from .streaming import StreamCleaner
 from .validate import invalid, require_bool, require_int, require_number, require_str
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Deque, Dict, List, Optional, Tuple
+
+    from .context import ProcessHost
 
 # Ended processes kept for list_processes/process_output after their exit.
 KEEP_ENDED = 64
@@ -43,7 +48,8 @@ _HANDLE_PREFIX = "p-"
 STDIN_STALL_S = 5.0
 _STDIN_CHUNK = 1 << 16
 
-Chunk = Tuple[int, str, bytes]  # (offset of its first byte, stream, cleaned UTF-8 bytes)
+if TYPE_CHECKING:
+    Chunk = Tuple[int, str, bytes]  # (offset of its first byte, stream, cleaned UTF-8 bytes)
 
 
 class OutputLog:

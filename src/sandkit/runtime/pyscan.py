@@ -24,9 +24,12 @@ import os
 import re
 import signal
 import stat
-from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .globbing import KIND_FILE, Deadline, GlobError, GlobPattern, TimeUp, open_exact, walk
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 BINARY_PROBE_BYTES = 8192
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -256,7 +259,8 @@ class _LineCursor:
 
 # (line index, line start, line end, column of the first match); in multiline
 # mode the end is the end of the last line the match touches.
-Hit = Tuple[int, int, int, int]
+if TYPE_CHECKING:
+    Hit = Tuple[int, int, int, int]
 
 
 class Matcher:

@@ -19,10 +19,13 @@ import shutil
 import subprocess
 import sysconfig
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import ErrorCode, SandboxError
 from .ignore import rg_ignore_globs
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Sequence, Tuple
 
 ENV_VAR = "SANDKIT_RG"
 CONTAINER_RG = "/opt/sandkit/bin/rg"

@@ -29,7 +29,10 @@ import pkgutil
 import re
 import sys
 import unicodedata
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 _parser: Any
 _c: Any
@@ -93,7 +96,8 @@ SAFE_NODES = 16
 # Kelvin sign, U+0130, U+0131, U+017F). tests/test_grep.py recomputes this from `re` itself.
 ICASE_PARTNERED = frozenset("iksIKS")
 
-Ranges = Tuple[Tuple[int, int], ...]
+if TYPE_CHECKING:
+    Ranges = Tuple[Tuple[int, int], ...]
 _ANY_NO_NL: Ranges = ((0, 9), (11, 0xD7FF), (0xE000, 0x10FFFF))
 _ANY_ALL: Ranges = ((0, 0xD7FF), (0xE000, 0x10FFFF))
 _SURROGATE_ESCAPES = "[\\U0000dc80-\\U0000dcff]"

@@ -14,7 +14,10 @@ import contextlib
 import errno
 import os
 import stat
-from typing import Optional, Sequence
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional, Sequence
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 _TEMP_PREFIX = ".sandkit-"

@@ -26,10 +26,13 @@ import sys
 import threading
 import time
 from types import ModuleType
-from typing import Any, Dict, List, Optional, Tuple
 
 from . import globbing, ignore, pyscan
 from .errors import ErrorCode, SandboxError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 MAX_WORKERS = 8
 MAX_IDLE = 2

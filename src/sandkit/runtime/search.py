@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import pyscan, scanworker
 from .context import Context
@@ -50,6 +49,10 @@ from .rg import (
 from .rg import run as run_rg
 from .rxinfo import PatternError, PatternInfo, pattern_info
 from .validate import clamp_results, invalid, require_bool, require_int, require_str
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["find_rg", "glob", "grep"]
 

@@ -6,14 +6,20 @@ JSON-RPC request, so argument checking, jail and results are shared code.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Optional
+from collections.abc import Mapping
 
-from .cancel import Cancel
 from .capture import Redactor
-from .context import Context
 from .errors import ErrorCode, SandboxError
-from .operations import OPERATIONS, Operation
+from .operations import OPERATIONS
 from .oserrors import to_sandbox_error
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional
+
+    from .cancel import Cancel
+    from .context import Context
+    from .operations import Operation
 
 # Filled on each method's first call (the table imports an operation's module then).
 _PARAMETERS: Dict[str, "frozenset[str]"] = {}

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import codecs
 import re
-from typing import Callable, Iterable, List, Optional
 
-Transform = Callable[[str], str]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Iterable, List, Optional
+
+    Transform = Callable[[str], str]
 
 
 class StreamCleaner:

@@ -8,9 +8,13 @@ found by streaming, never by loading the whole file.
 from __future__ import annotations
 
 import codecs
-import dataclasses
 import io
-from typing import BinaryIO, List, Optional, Tuple
+
+from .values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO, List, Optional, Tuple
 
 SNIFF_BYTES = 8192
 _CHUNK = 1 << 20
@@ -56,14 +60,18 @@ def utf8_suffix(data: bytes, limit: int) -> bytes:
     return data[start:]
 
 
-@dataclasses.dataclass
-class LineWindow:
+class LineWindow(Value):
     data: bytes
     first: int  # first line served (1-based)
     last: int  # last line served; first - 1 when nothing was served
     total: int  # lines in the file
     # (shown bytes, full bytes) when the only line served was cut to fit.
-    cut: Optional[Tuple[int, int]] = None
+    cut: Optional[Tuple[int, int]]
+
+    def __init__(
+        self, data: bytes, first: int, last: int, total: int, cut: Optional[Tuple[int, int]] = None
+    ) -> None:
+        self._init(locals())
 
 
 def _skip_lines(f: BinaryIO, count: int) -> int:

@@ -6,9 +6,11 @@ every operation checks its own arguments and answers INVALID_ARGUMENT.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
-
 from .errors import ErrorCode, SandboxError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
 
 
 def invalid(message: str) -> SandboxError:
