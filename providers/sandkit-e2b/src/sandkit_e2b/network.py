@@ -2,7 +2,8 @@
 `allow_internet_access`), and what cannot be said in them.
 
 E2B filters a sandbox's outbound traffic itself; sandkit only chooses the options. What
-E2B's API documents (SDK 2.63.0's models) and what follows for the mapping:
+E2B documents (the API models in SDK 2.63.0, and its "internet access" page for the
+ports) and what follows for the mapping:
 
 - `deny_out` takes IPv4 ranges and addresses only, no names;
 - `allow_out` takes ranges, addresses, names and `*.domain` wildcards (below the domain,
