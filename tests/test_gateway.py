@@ -59,6 +59,7 @@ async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 "path": scope["path"],
                 "query": scope["query_string"].decode(),
                 "headers": {k.decode(): v.decode() for k, v in scope["headers"]},
+                "header_list": [[k.decode(), v.decode()] for k, v in scope["headers"]],
                 "body": body.decode("latin-1"),
             }
         ).encode()
@@ -229,6 +230,34 @@ def test_header_token_bodies_and_query(gateway: Any) -> None:
     assert seen["path"] == "/api/items" and seen["query"] == "a=1&b=2"
     assert seen["body"] == "x" * 300_000
     assert "x-sandkit-preview-token" not in seen["headers"]
+
+
+def test_the_endpoints_own_headers_replace_a_visitors(
+    gateway: Any, upstreams: tuple[str, int]
+) -> None:
+    # E2B's endpoints carry the sandbox's traffic token: the gateway sends it, once.
+    base, provider, app = gateway
+    dave = SandboxKey("dave", "t1")
+    provider.endpoints[(dave, 8081)] = Endpoint(
+        user_id="dave",
+        thread_id="t1",
+        port=8081,
+        url=f"http://127.0.0.1:{upstreams[1]}",
+        headers={"E2B-Traffic-Access-Token": "the-providers-token"},
+    )
+    try:
+        with httpx.Client(timeout=BOUND_S) as client:
+            seen = client.get(
+                f"{base}/{dave.sandbox_id}/8081/",
+                headers={
+                    "X-Sandkit-Preview-Token": app.sign(dave, 8081),
+                    "e2b-traffic-access-token": "forged",
+                },
+            ).json()
+    finally:
+        del provider.endpoints[(dave, 8081)]
+    sent = [v for k, v in seen["header_list"] if k.lower() == "e2b-traffic-access-token"]
+    assert sent == ["the-providers-token"]
 
 
 def test_refusals(gateway: Any) -> None:

@@ -1,5 +1,6 @@
-"""Providers that cannot enforce egress or expose ports (E2B) refuse the settings at start,
-instead of running boxes with a policy nobody enforces (docs/network.md#providers)."""
+"""Providers that cannot enforce egress or expose ports (the bwrap example) refuse the
+settings at start, instead of running boxes with a policy nobody enforces
+(docs/network.md#providers)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from sandkit.local import LocalProvider
 @pytest.mark.parametrize(
     ("module", "cls", "name", "extra"),
     [
-        ("sandkit_e2b.provider", "E2BProvider", "e2b", {"api_key": "e2b_" + "0" * 40}),
+        ("sandkit_bwrap.provider", "BwrapProvider", "bwrap", {}),
     ],
 )
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ this class instead of `e2b.Sandbox`. It implements the SDK surface the
 provider uses — `create`, `connect`, `list` (a paginator, metadata and
 state filters), `kill`, `pause`, `set_timeout`, `get_info`, `files.write /
 read / exists`, `commands.run` (foreground, or background with stdin),
-`commands.send_stdin / close_stdin / kill`, `get_host` — with the SDK's
+`commands.send_stdin / close_stdin / kill`, `get_host`, `update_network`,
+`traffic_access_token` — with the SDK's
 signatures, return types and exception classes, on top of a real local
 Docker container per sandbox. Only the control plane is substituted: the
 agent, its carrier and the runtime run for real, inside the container.
@@ -31,10 +32,23 @@ How it mirrors the service:
 - `cloud.calls` counts calls per operation (the round trips a real client
   would make).
 
-Not mirrored: network policy (`allow_internet_access` is recorded, the
-container always has a bridge network so `get_host` works), templates
-other than a name -> image table, the SDK's retries,
-HTTP/2 and TLS. Latencies are a local Docker engine's, not the cloud's.
+Network options are recorded, not enforced: `allow_internet_access` and
+`network` at create and every `update_network` payload per sandbox
+(`cloud.network(sandbox_id)`), each first built by the installed SDK's own
+request builders (so a payload the SDK would refuse is refused here too).
+`allow_public_traffic: False` gives the sandbox a `traffic_access_token`,
+returned by `create` and `connect` as the SDK does; nothing checks it.
+The containers keep Docker's default bridge network whatever the options
+say: the HTTP carrier's tests reach the agent through it, and Docker has no
+cheap way to drop a container's outbound traffic but keep inbound, so a
+deny-all config is not turned into a network mode either. `get_host`
+returns the container's address and port (reachable, like the SDK's debug
+mode's `localhost:<port>`), or with `cloud.host_style = "e2b"` E2B's form
+`<port>-<sandbox id>.<domain>`.
+
+Not mirrored: templates other than a name -> image table, the SDK's
+retries, HTTP/2 and TLS. Latencies are a local Docker engine's, not the
+cloud's.
 """
 
 from __future__ import annotations
@@ -73,6 +87,7 @@ from e2b import (
     WriteInfo,
 )
 from e2b import Sandbox as RealSandbox
+from e2b.sandbox.sandbox_api import build_network_config, build_network_update_body
 from e2b.sandbox_sync.commands.command import Commands as RealCommands
 from e2b.sandbox_sync.filesystem.filesystem import Filesystem as RealFilesystem
 
@@ -174,6 +189,26 @@ class _Record:
         self.processes: dict[int, _Process] = {}
         self.pids = itertools.count(1000)
         self.allow_internet_access: bool | None = None
+        self.network: dict[str, Any] | None = None  # as given at create
+        self.network_updates: list[dict[str, Any]] = []  # every update_network, in order
+        self.traffic_access_token: str | None = None
+
+
+class NetworkRecord:
+    """What a sandbox was told about its network (see `Cloud.network`)."""
+
+    def __init__(self, record: _Record) -> None:
+        self.allow_internet_access = record.allow_internet_access
+        self.created = dict(record.network) if record.network is not None else None
+        self.updates = [dict(u) for u in record.network_updates]
+        self.traffic_access_token = record.traffic_access_token
+
+    @property
+    def current(self) -> dict[str, Any]:
+        """The config in force: the last update whole (E2B replaces), else create's."""
+        if self.updates:
+            return self.updates[-1]
+        return {**(self.created or {}), "allow_internet_access": self.allow_internet_access}
 
 
 class Cloud:
@@ -193,6 +228,9 @@ class Cloud:
         # to fill the sandbox's disk.
         self.tmpfs = dict(tmpfs or {})
         self.calls: collections.Counter[str] = collections.Counter()
+        # get_host: "address" (the container's IP:port, reachable) or "e2b" (E2B's form).
+        self.host_style = "address"
+        self.domain = "e2b.app"
         self.valid_keys: set[str] | None = None  # None: any non-empty key is accepted
         self._faults: dict[str, list[BaseException]] = collections.defaultdict(list)
         self._records: dict[str, _Record] = {}
@@ -311,6 +349,11 @@ class Cloud:
             record = self._records.setdefault(sandbox_id, record)
         self._start_timer()
         return record
+
+    def network(self, sandbox_id: str) -> NetworkRecord:
+        """The network options a sandbox got (at create and by update_network)."""
+        with self._lock:
+            return NetworkRecord(self._records[sandbox_id])
 
     def running_record(self, sandbox_id: str) -> _Record:
         """For data-plane calls: the record of a running sandbox, else NotRunning."""
@@ -741,6 +784,9 @@ class StandinSandbox:
         self.sandbox_id = sandbox_id
         self.files = StandinFiles(self)
         self.commands = StandinCommands(self)
+        # Returned by create and connect, as the SDK's (None: public sandbox URLs).
+        record = self.cloud._records.get(sandbox_id)
+        self.traffic_access_token = None if record is None else record.traffic_access_token
 
     # -- control plane (class-level, as the SDK's static variants) --------------------
 
@@ -753,11 +799,13 @@ class StandinSandbox:
         metadata: dict[str, str] | None = None,
         envs: dict[str, str] | None = None,
         allow_internet_access: bool | None = None,
+        network: dict[str, Any] | None = None,
         lifecycle: dict[str, Any] | None = None,
         **opts: Any,
     ) -> StandinSandbox:
         cloud = cls.cloud
         cloud.enter("create", opts)
+        build_network_config(network)  # what the SDK would refuse, refused
         template = template or cls.default_template
         image = cloud.templates.get(template)
         if image is None:
@@ -799,6 +847,9 @@ class StandinSandbox:
             container.id, time.monotonic() + (timeout or DEFAULT_TIMEOUT_S), str(on_timeout)
         )
         record.allow_internet_access = allow_internet_access
+        record.network = dict(network) if network is not None else None
+        if network is not None and network.get("allow_public_traffic") is False:
+            record.traffic_access_token = secrets.token_urlsafe(24)
         with cloud._lock:
             cloud._records[sandbox_id] = record
         cloud._start_timer()
@@ -878,6 +929,18 @@ class StandinSandbox:
         cloud._records[sandbox_id].end_at = time.monotonic() + timeout
 
     @classmethod
+    @mirrors(RealSandbox._cls_update_network, skip_first=True)
+    def update_network(cls, sandbox_id: str, network: dict[str, Any], **opts: Any) -> None:
+        """Replace the sandbox's network config (recorded whole; see the module doc)."""
+        cloud = cls.cloud
+        cloud.enter("update_network", opts)
+        build_network_update_body(network)  # what the SDK would refuse, refused
+        with cloud._lock:
+            if cloud.state(sandbox_id) is None:
+                raise SandboxNotFoundException(f"Sandbox {sandbox_id} not found")
+            cloud._records[sandbox_id].network_updates.append(dict(network))
+
+    @classmethod
     @mirrors(RealSandbox._cls_get_info, skip_first=True)
     def get_info(cls, sandbox_id: str, **opts: Any) -> SandboxInfo:
         cloud = cls.cloud
@@ -892,6 +955,8 @@ class StandinSandbox:
     @mirrors(RealSandbox.get_host)
     def get_host(self, port: int) -> str:
         cloud = self.cloud
+        if cloud.host_style == "e2b":  # what the SDK computes, outside debug mode
+            return f"{port}-{self.sandbox_id}.{cloud.domain}"
         record = cloud.running_record(self.sandbox_id)
         attrs = cloud.client.api.inspect_container(record.container_id)
         networks = attrs["NetworkSettings"].get("Networks") or {}

@@ -309,9 +309,17 @@ class PreviewGateway:
         self, scope: Scope, endpoint: Endpoint, target: tuple[str, int, str, str], ws: bool
     ) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
+        # The endpoint's own headers (a platform's access token, e.g. E2B's) are the
+        # provider's to set: a visitor's copy is dropped, never sent alongside.
+        own = {name.lower() for name in endpoint.headers}
         for raw_name, raw_value in scope.get("headers", []):
             name = raw_name.decode("latin-1").lower()
-            if name in HOP_BY_HOP or name == TOKEN_HEADER or (ws and name in WS_HANDSHAKE):
+            if (
+                name in HOP_BY_HOP
+                or name == TOKEN_HEADER
+                or name in own
+                or (ws and name in WS_HANDSHAKE)
+            ):
                 continue
             value = raw_value.decode("latin-1")
             if name == "cookie":

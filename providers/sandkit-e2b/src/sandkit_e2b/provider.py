@@ -29,12 +29,15 @@ from sandkit.boxkit import BoxProvider, BoxRecord, BoxSandbox
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.models import WriteResult
+from sandkit.net.policy import Policy
+from sandkit.network import EgressPolicy, Endpoint
 from sandkit.paths import UPLOADS, ThreadLayout
 from sandkit.provider import SandboxKey
 from sandkit.runtime.pathmap import RESERVED_PREFIXES
 from sandkit.uploads import UploadedFile
 
 from .errors import is_gone, service_error
+from .network import E2BNetwork, to_e2b
 from .options import E2BOptions
 from .payload import AGENT_ROOT, Payload, build_payload
 from .stream import CommandOutput, CommandStream
@@ -50,6 +53,11 @@ META_SPEC = "sandkit.spec"
 
 # Set-up commands in the sandbox (tar, chown) get this long.
 SETUP_TIMEOUT_S = 300
+# envd, E2B's own daemon in every sandbox: never exposed through sandkit.
+ENVD_PORT = 49983
+# The header E2B wants on a sandbox URL when the sandbox was made with restricted
+# public traffic (`network={"allow_public_traffic": False}`).
+TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token"
 HTTP_START_TIMEOUT_S = 30.0
 
 
@@ -72,10 +80,17 @@ class _Box(BoxRecord):
 class E2BProvider(BoxProvider[_Box, E2BOptions]):
     name = "e2b"
     handshake_timeout_s = 60.0
+    # Enforced by E2B's own network filter (network.py); ports are E2B's sandbox URLs.
+    supports_egress = True
+    supports_expose = True
 
     def __init__(self, settings: Settings | None = None, *, sandbox_class: Any = None) -> None:
         super().__init__(settings, E2BOptions, _Box)
         self._sandbox_class = sandbox_class
+        # Exposed ports of the boxes this instance holds open (they end with the box).
+        self._ports: dict[SandboxKey, dict[int, Endpoint]] = {}
+        self._ports_lock = threading.Lock()
+        self._check_network_options()
 
     # -- the SDK ----------------------------------------------------------------------
 
@@ -115,7 +130,7 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
     def _spec(self, key: SandboxKey) -> str:
         """Hash of what shapes a sandbox; one created under other settings is replaced."""
         layout = self._layout(key)
-        spec = {
+        spec: dict[str, Any] = {
             "template": self.options.template,
             "user": self.options.user,
             "envs": self.options.envs,
@@ -123,6 +138,11 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
             "on_timeout": self.options.on_timeout,
             "mounts": [[m.virtual, m.read_only] for m in layout.mounts],
         }
+        # Only when on, so sandboxes made before these settings existed keep their hash.
+        if self.options.egress.enabled:
+            spec["egress"] = True  # its policy is re-applied on every connect
+        if self._restricted_traffic():
+            spec["public_traffic"] = False  # a create-time option of E2B's
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
     def _list(self, metadata: dict[str, str], states: list[str] | None = None) -> list[Any]:
@@ -197,6 +217,7 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
         if box.dead or box.sdk is None or box.e2b_id != running[0].sandbox_id:
             box.sdk = self._connect(running[0].sandbox_id)
             box.extended_at = time.monotonic()
+            self._push_egress(box.key, str(running[0].sandbox_id))
             self._ensure_payload(box.sdk)
         return True
 
@@ -241,6 +262,158 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
         """Extend the timeouts of boxes in use, then release idle ones."""
         self.keep_alive()
         return self.reap_idle(idle_timeout_s)
+
+    # -- network: egress through E2B's network options, ports as its sandbox URLs ------
+
+    def _check_network_options(self) -> None:
+        """Refuse at start what E2B's network options cannot carry (network.py)."""
+        egress = self.options.egress
+        if not egress.enabled:
+            return
+        where = "providers.e2b.egress"
+        if self.options.allow_internet_access:
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{where}: with egress policies, providers.e2b.allow_internet_access must stay "
+                "false (the policy decides; 'open' is the policy for a whole internet)",
+            )
+        if egress.hosts:
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{where}.hosts: E2B's sandboxes resolve names themselves; a hosts table "
+                "cannot be applied on E2B",
+            )
+        for what, check in (
+            ("ceiling's deny rules", Policy("open", (), egress.effective_ceiling.compiled().deny)),
+            ("policy", Policy.from_dict(egress.enforced(egress.policy))),
+        ):
+            try:
+                to_e2b(check)
+            except SandboxError as exc:
+                raise SandboxError(exc.code, f"{where}: the {what}: {exc.message}") from None
+
+    def _restricted_traffic(self) -> bool:
+        """Sandbox URLs need E2B's traffic token: with expose on, unless the HTTP carrier
+        (which reaches the agent at the sandbox URL without that token) is used."""
+        return self.options.expose.enabled and self.options.carrier == "stdio"
+
+    def _command_env(self) -> dict[str, str]:
+        return {}  # no proxy: E2B filters the sandbox's own connections
+
+    def _reserved_ports(self) -> set[int]:
+        reserved = {ENVD_PORT}
+        if self.options.carrier == "http":
+            reserved.add(self.options.http_port)
+        return reserved
+
+    def egress(self, key: SandboxKey) -> EgressPolicy | None:
+        if self.options.allow_internet_access:
+            return None  # E2B's open internet, not a policy sandkit keeps
+        return super().egress(key)
+
+    def set_egress(
+        self, key: SandboxKey, policy: EgressPolicy | str | dict[str, Any]
+    ) -> EgressPolicy:
+        if self.options.allow_internet_access:
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT,
+                "providers.e2b.allow_internet_access is on: every sandbox has E2B's open "
+                "internet and sandkit keeps no policy; use providers.e2b.egress instead",
+            )
+        wanted = self.options.egress.check(EgressPolicy.parse(policy))
+        self._network_for(wanted)  # INVALID_ARGUMENT before anything is stored
+        return super().set_egress(key, wanted)
+
+    def _network_for(self, policy: EgressPolicy) -> E2BNetwork:
+        return to_e2b(Policy.from_dict(self.options.egress.enforced(policy)))
+
+    def _key_network(self, key: SandboxKey) -> E2BNetwork:
+        """E2B's options for the key's stored policy (the default one if the stored one
+        cannot be carried under today's settings)."""
+        try:
+            return self._network_for(self._key_egress(key))
+        except SandboxError as exc:
+            log.warning("%s: its egress policy cannot be enforced now (%s)", key, exc.message)
+            return self._network_for(self.options.egress.policy)
+
+    def _update_network(self, sandbox_id: str, network: E2BNetwork) -> None:
+        """Replace the sandbox's whole network config (E2B clears what is left out)."""
+        try:
+            self.sdk.update_network(sandbox_id, network.update(), **self._api())
+        except Exception as exc:
+            raise service_error(exc, f"setting the network of E2B sandbox {sandbox_id}") from None
+
+    def _push_egress(self, key: SandboxKey, sandbox_id: str) -> None:
+        """After a connect (resume, restart, another process's sandbox): the key's policy
+        as stored now, which may have changed while the sandbox was paused."""
+        if self.options.egress.enabled:
+            self._update_network(sandbox_id, self._key_network(key))
+
+    def _apply_egress(self, box: _Box, policy: EgressPolicy) -> None:
+        if not self.options.egress.enabled:
+            return  # policy none, as every sandbox was made
+        network = self._network_for(policy)
+        if box.sdk is not None and not box.dead:
+            ids = [str(box.e2b_id)]
+        else:  # held by no one here: a running one (another process's) follows now
+            ids = [
+                str(i.sandbox_id)
+                for i in self._find(box.key, ["running"])
+                if self._adoptable(i, box.key)
+            ]
+        for sandbox_id in ids:
+            try:
+                self._update_network(sandbox_id, network)
+            except SandboxError as exc:
+                # Paused or gone since: the next connect applies the stored policy.
+                log.info("%s: the policy waits for the next connect (%s)", box.key, exc.message)
+                if exc.code != ErrorCode.UNAVAILABLE:
+                    raise
+
+    def _expose_port(self, box: _Box, port: int) -> Endpoint:
+        sdk = self._running_sdk(box)
+        with self._ports_lock:
+            known = self._ports.get(box.key, {}).get(port)
+        if known is not None:
+            return known
+        token = getattr(sdk, "traffic_access_token", None)
+        if self._restricted_traffic() and not token:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE,
+                f"E2B gave no traffic access token for sandbox {box.e2b_id}; acquire it again",
+            )
+        endpoint = Endpoint(
+            user_id=box.key.user_id,
+            thread_id=box.key.thread_id,
+            port=port,
+            url=f"{self.options.http_scheme}://{sdk.get_host(port)}",
+            headers={TRAFFIC_TOKEN_HEADER: str(token)} if self._restricted_traffic() else {},
+        )
+        with self._ports_lock:
+            self._ports.setdefault(box.key, {})[port] = endpoint
+        return endpoint
+
+    def _unexpose_port(self, box: _Box, port: int) -> None:
+        with self._ports_lock:
+            ports = self._ports.get(box.key)
+            if ports is not None:
+                ports.pop(port, None)
+                if not ports:
+                    del self._ports[box.key]
+
+    def _exposed_ports(self, box: _Box) -> list[Endpoint]:
+        if box.sdk is None or box.dead:
+            return []
+        with self._ports_lock:
+            return list(self._ports.get(box.key, {}).values())
+
+    def _find_endpoint(self, key: SandboxKey, port: int) -> Endpoint | None:
+        with self._ports_lock:
+            return self._ports.get(key, {}).get(port)
+
+    def _forget_ports(self, key: SandboxKey) -> None:
+        with self._ports_lock:
+            self._ports.pop(key, None)
 
     # -- uploads ----------------------------------------------------------------------
 
@@ -294,6 +467,7 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
 
     def _close_box(self, box: _Box) -> None:
         """Stop the agent and wait for it (before a pause), then close the handles."""
+        self._forget_ports(box.key)
         stream, agent, box.http_agent = box.stream, box.http_agent, None
         timeout = self.options.request_timeout_s
         if isinstance(stream, CommandStream):
@@ -345,6 +519,7 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
             self._kill(extra.sandbox_id)
         if usable:
             sdk = self._connect(usable[0].sandbox_id)
+            self._push_egress(key, str(usable[0].sandbox_id))
             self._ensure_payload(sdk)
         else:
             sdk = self._create(key)
@@ -362,15 +537,23 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
                     ErrorCode.UNAVAILABLE,
                     f"the host directory behind {mount.virtual} does not exist",
                 )
+        internet = self.options.allow_internet_access
+        network: dict[str, Any] = {}
+        if self.options.egress.enabled:
+            wanted = self._key_network(key)
+            internet, network = wanted.allow_internet_access, wanted.network_opts()
+        if self._restricted_traffic():
+            network["allow_public_traffic"] = False
         try:
             sdk = self.sdk.create(
                 template=self.options.template,
                 timeout=self.options.timeout_s,
                 metadata=self._metadata(key),
                 envs=dict(self.options.envs) or None,
-                allow_internet_access=self.options.allow_internet_access,
+                allow_internet_access=internet,
                 lifecycle={"on_timeout": self.options.on_timeout},
                 idempotency_key=str(uuid.uuid4()),
+                **({"network": network} if network else {}),
                 **self._api(),
             )
         except Exception as exc:
@@ -386,6 +569,7 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
             log.info("another process created %s's sandbox first; adopting it", key)
             self._kill(str(sdk.sandbox_id))
             sdk = self._connect(winner)
+            self._push_egress(key, winner)
             self._ensure_payload(sdk)
         return sdk
 
@@ -523,6 +707,7 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
     def _mark_dead(self, box: _Box, sdk: Any) -> None:
         if box.sdk is sdk:
             box.dead = True
+            self._forget_ports(box.key)
 
     def _open_stream(self, box: _Box) -> CommandStream:
         sdk = box.sdk
