@@ -31,7 +31,7 @@ from sandkit import ErrorCode, SandboxError, SandboxKey
 from sandkit.network import Endpoint
 from sandkit.provider import SandboxProvider
 from sandkit.sandbox import Sandbox
-from sandkit.testing.conformance.egress import FETCH, REFUSED, VIA_PROXY, run
+from sandkit.testing.conformance.egress import CONNECT_PROBE, FETCH, REFUSED, VIA_PROXY, run
 from sandkit.testing.conformance.exposing import http_get
 
 from .figures import Figures
@@ -48,15 +48,6 @@ BOUND_S = 60.0  # a refused or cut connection is seen within this, on a loaded m
 FLOOD = 300  # connections one box holds open at its proxy (the per-box cap is 256)
 SERVED_PORT = 8000
 
-# In a box: one TCP connect, "open" or "closed <reason>" (tests/k8s_support's probe).
-CONNECT = """
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
-    print("open")
-except OSError as exc:
-    print("closed", type(exc).__name__)
-"""
 # In a box: a DNS query for a name of the lab's, straight to a server (not through any proxy).
 DNS_QUERY = """
 import socket, sys
@@ -314,7 +305,7 @@ def test_a_box_cannot_go_around_the_proxy(
     require_platform_enforcement(target)
     for ip in (lab.upstream_ip, lab.other_ip):
         for port in (lab.http_port, lab.tls_port):
-            said = run(box, CONNECT, ip, str(port)).stdout.strip()
+            said = run(box, CONNECT_PROBE, ip, str(port)).stdout.strip()
             attempts.refused(f"direct TCP to {ip}:{port}", said.startswith("closed"), said)
         said = run(box, DNS_QUERY, ip, str(lab.dns_port)).stdout.strip()
         attempts.refused(f"a DNS query straight to {ip}", said.startswith("closed"), said)
@@ -346,12 +337,12 @@ def test_another_box_is_out_of_reach(
             )
         else:
             require_platform_enforcement(target)
-            said = run(box, CONNECT, address, str(SERVED_PORT)).stdout.strip()
+            said = run(box, CONNECT_PROBE, address, str(SERVED_PORT)).stdout.strip()
             attempts.refused("direct TCP to the other box", said.startswith("closed"), said)
             via = run(box, VIA_PROXY, f"http://{address}:{SERVED_PORT}/").stdout
             attempts.refused("the other box through the proxy", proxy_refused(via), via)
         # Its exposed port is the platform's, never a box's: not on this box's loopback.
-        said = run(box, CONNECT, "127.0.0.1", str(SERVED_PORT)).stdout.strip()
+        said = run(box, CONNECT_PROBE, "127.0.0.1", str(SERVED_PORT)).stdout.strip()
         attempts.refused(
             "the other box's exposed port on loopback", said.startswith("closed"), said
         )

@@ -15,6 +15,8 @@ from typing import Any, NoReturn
 
 import pytest
 
+from sandkit.testing.conformance.egress import CONNECT_PROBE as CONNECT_PROBE
+
 ROOT = Path(__file__).resolve().parents[3]
 DEV_KUBECONFIG = "/var/lib/sandkit-k8s/admin.kubeconfig"
 DEFAULT_IMAGE = "docker.io/sandkit/sandbox:debian12"
@@ -165,14 +167,6 @@ def server_pod(name: str, image: str, command: list[str], labels: dict[str, str]
     }
 
 
-# Runs in a pod (or on the host): one TCP connect, "open" or "closed <reason>". A policy drops
-# the SYN, so a denied connection is DROPPED; a port nobody listens on is ConnectionRefusedError.
-CONNECT_PROBE = """
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()
-    print("open")
-except OSError as exc:
-    print("closed", type(exc).__name__)
-"""
+# A policy drops the SYN, so a denied connection is DROPPED; a port nobody listens on is
+# ConnectionRefusedError (CONNECT_PROBE prints "open" or "closed <reason>").
 DROPPED = "closed TimeoutError"

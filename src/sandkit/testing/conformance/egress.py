@@ -44,6 +44,17 @@ with socket.create_connection((proxy.hostname, proxy.port), timeout=20) as s:
     print(s.recv(4096).decode('latin-1').splitlines()[0])
 """
 
+# In a box (or on the host): one TCP connect to (argv[1], argv[2]) that goes around any
+# proxy; prints "open" or "closed <exception type>".
+CONNECT_PROBE = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()
+    print("open")
+except OSError as exc:
+    print("closed", type(exc).__name__)
+"""
+
 
 def run(box: Any, script: str, *args: str) -> Any:
     box.write_file("egress_probe.py", script)
