@@ -266,7 +266,13 @@ def test_the_engine_s_exec_die_event_reaches_the_agent_s_channel(
     while not asked and time.monotonic() < deadline:
         time.sleep(0.05)
     assert asked, "the exec_die event did not reach the agent's channel"
-    assert box.execute("echo back").stdout == "back\n"  # a fresh agent
+    # The channel ends (by the engine's EOF or the event's grace); a call sent before that
+    # would meet the dead agent, and an execute is never resent (UNAVAILABLE, by contract).
+    while not stream.at_eof and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stream.at_eof, "the dead agent's channel did not end"
+    assert box.info()["pid"] != pid  # read-only, so resent on a fresh channel: a new agent
+    assert box.execute("echo back").stdout == "back\n"
 
 
 def test_a_dead_agent_is_replaced_transparently(
