@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from sandkit import ErrorCode, SandboxError, SandboxKey
-from sandkit.config import LimitsSettings
+from sandkit.config import LimitsSettings, Settings
 from sandkit.local import LocalProvider, LocalSandbox
 from sandkit.paths import UPLOADS
 from sandkit.runtime.limits import Limits
-from sandkit.testing.conformance import SandboxConformance, SearchConformance
+from sandkit.testing.conformance import ExposeConformance, SandboxConformance, SearchConformance
 from sandkit.testing.conformance.suite import CheckedSandbox, SeedUpload
 
 SECRET = "sk-test-7f3a9c1e5b2d-do-not-print"
@@ -117,3 +117,19 @@ def test_the_leak_check_catches_results_errors_and_bytes() -> None:
     with pytest.raises(AssertionError, match="forbidden host string"):
         asyncio.run(box.aread_bytes("x"))
     assert box.read_bytes("x") == b"\x00\xff clean"
+
+
+class TestLocalExposeConformance(ExposeConformance):
+    """Exposed ports on the host's loopback (local/ports.py): the servers the suite starts
+    listen on this host's 127.0.0.1, reached through the provider's socket per port."""
+
+    @pytest.fixture
+    def expose_provider(self, tmp_path: Path) -> Iterator[LocalProvider]:
+        settings = Settings(
+            data_root=tmp_path / "data",
+            execute_enabled=True,
+            providers={"local": {"expose": {"enabled": True, "max_ports": 2}}},
+        )
+        provider = LocalProvider(settings)
+        yield provider
+        provider.shutdown()

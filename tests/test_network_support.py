@@ -43,11 +43,17 @@ def test_unsupported_network_settings_are_refused(
     assert words in info.value.message and "cannot do this" in info.value.message
 
 
-def test_local_enforces_nothing_and_says_so(tmp_path: Path) -> None:
+def test_local_enforces_no_egress_and_exposes_only_when_enabled(tmp_path: Path) -> None:
     local = LocalProvider(Settings(data_root=tmp_path))
     key = SandboxKey("u", "t")
     assert local.egress(key) is None
-    for call in (lambda: local.set_egress(key, "open"), lambda: local.expose(key, 8000)):
-        with pytest.raises(SandboxError) as info:
-            call()
-        assert info.value.code is ErrorCode.INVALID_ARGUMENT
+    with pytest.raises(SandboxError) as info:
+        local.set_egress(key, "open")
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT
+    local.acquire(key)
+    with pytest.raises(SandboxError) as info:
+        local.expose(key, 8000)  # off by default
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT and "expose.enabled" in info.value.message
+    with pytest.raises(SandboxError) as info:
+        LocalProvider(Settings(data_root=tmp_path, providers={"local": {"bogus": 1}}))
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT and "providers.local" in info.value.message

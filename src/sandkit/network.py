@@ -11,6 +11,7 @@ same code). docs/security.md#network describes the model and its limits.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -230,6 +231,36 @@ class ExposeOptions(BaseModel):
         if self.min_port > self.max_port:
             raise ValueError("expose.min_port must be <= expose.max_port")
         return self
+
+    def check_port(
+        self, port: object, reserved: Collection[int] = (), exposing: bool = True
+    ) -> int:
+        """`port` if it may be exposed (`exposing`) or looked up; INVALID_ARGUMENT if not.
+        `reserved`: ports in the box that are sandkit's own."""
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"port must be 1-65535, not {port!r}")
+        if not exposing:
+            return port
+        if not self.min_port <= port <= self.max_port:
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"port {port} is outside expose.min_port-max_port "
+                f"({self.min_port}-{self.max_port})",
+            )
+        if port in reserved:
+            raise SandboxError(
+                ErrorCode.INVALID_ARGUMENT, f"port {port} belongs to sandkit in the box"
+            )
+        return port
+
+    def check_capacity(self, exposed: Collection[int], port: int) -> None:
+        """CAPACITY when `port` would be one more than `max_ports` exposed at once."""
+        if port not in exposed and len(exposed) >= self.max_ports:
+            raise SandboxError(
+                ErrorCode.CAPACITY,
+                f"{len(exposed)} ports are exposed, the limit (expose.max_ports) is "
+                f"{self.max_ports}",
+            )
 
 
 class Endpoint(BaseModel):

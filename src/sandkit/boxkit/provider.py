@@ -468,13 +468,7 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
                     ErrorCode.UNAVAILABLE,
                     f"sandbox {key.sandbox_id} is not running; acquire it before exposing a port",
                 )
-            current = {e.port for e in self._exposed_ports(box)}
-            if port not in current and len(current) >= self.options.expose.max_ports:
-                raise SandboxError(
-                    ErrorCode.CAPACITY,
-                    f"{len(current)} ports are exposed, the limit (expose.max_ports) is "
-                    f"{self.options.expose.max_ports}",
-                )
+            self.options.expose.check_capacity({e.port for e in self._exposed_ports(box)}, port)
             return self._expose_port(box, port)
 
     def unexpose(self, key: SandboxKey, port: int) -> None:
@@ -504,22 +498,7 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         return self._find_endpoint(key, port)
 
     def _check_port(self, port: object, exposing: bool = True) -> int:
-        options = self.options.expose
-        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-            raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"port must be 1-65535, not {port!r}")
-        if not exposing:
-            return port
-        if not options.min_port <= port <= options.max_port:
-            raise SandboxError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"port {port} is outside expose.min_port-max_port "
-                f"({options.min_port}-{options.max_port})",
-            )
-        if port in self._reserved_ports():
-            raise SandboxError(
-                ErrorCode.INVALID_ARGUMENT, f"port {port} belongs to sandkit in the box"
-            )
-        return port
+        return self.options.expose.check_port(port, self._reserved_ports(), exposing)
 
     def _reserved_ports(self) -> set[int]:
         """Ports in the box that are sandkit's own (the agent's, the egress relay's)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import ErrorCode, SandboxError
+from ..network import Endpoint
 from ..paths import ThreadLayout
 from ..provider import SandboxKey, SandboxProvider
 from ..runtime.context import Context
@@ -25,6 +26,7 @@ from ..sandbox import Sandbox
 from ..transports.base import StreamCall
 from .hostlimits import ProcessBounds
 from .hostlimits import create as create_bounds
+from .ports import LocalOptions, LocalPorts
 from .streams import ThreadStream
 
 
@@ -96,6 +98,9 @@ class LocalProvider(SandboxProvider):
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
+        self.options = LocalOptions.from_settings(self.settings)
+        net_root = self.settings.data_root.expanduser().absolute() / ".sandkit" / "net" / "local"
+        self._ports = LocalPorts(self.options.expose, net_root / "ingress")
         self._rg_path = find_rg()
         self._lock = threading.Lock()
         self._active: dict[SandboxKey, LocalSandbox] = {}
@@ -145,6 +150,7 @@ class LocalProvider(SandboxProvider):
         with self._lock:
             sandbox = self._active.pop(key, None)
             bounds = self._bounds.pop(key, None)
+            self._ports.close_box(key)
         if sandbox is not None:
             self._end(sandbox)
         if bounds is not None:  # kill what its commands left running, delete the cgroup
@@ -159,10 +165,27 @@ class LocalProvider(SandboxProvider):
             self._active.clear()
             bounds = list(self._bounds.values())
             self._bounds.clear()
+            self._ports.close_all()
         for sandbox in sandboxes:
             self._end(sandbox)
         for each in bounds:
             each.remove()
+
+    # -- exposed ports (local/ports.py): the host's own loopback, through a socket per port
+
+    def expose(self, key: SandboxKey, port: int) -> Endpoint:
+        with self._lock:
+            return self._ports.expose(key, port, running=key in self._active)
+
+    def unexpose(self, key: SandboxKey, port: int) -> None:
+        with self._lock:
+            self._ports.unexpose(key, port)
+
+    def exposed(self, key: SandboxKey) -> list[Endpoint]:
+        return self._ports.exposed(key)
+
+    def endpoint(self, key: SandboxKey, port: int) -> Endpoint | None:
+        return self._ports.endpoint(key, port)
 
     def _end(self, sandbox: Sandbox) -> None:
         """End the sandbox's background processes, then close it."""

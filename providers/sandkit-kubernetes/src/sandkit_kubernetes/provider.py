@@ -40,6 +40,7 @@ from sandkit.boxkit import (
 )
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
+from sandkit.net.ports import PortSockets
 from sandkit.network import EgressPolicy, Endpoint
 from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
@@ -47,7 +48,7 @@ from sandkit.uploads import HostUploads
 
 from .egress import PodEgress
 from .errors import api_error, api_message
-from .forward import ExecForward, PortForwards
+from .forward import ExecForward
 from .options import KubernetesOptions
 from .spec import (
     ANNOTATION_SPEC,
@@ -148,10 +149,10 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         self._configuration: Any = None
         self._core: Any = None
         self._client_lock = threading.Lock()
-        self._forwards: PortForwards | None = None
+        self._forwards: PortSockets | None = None
         self._egress: PodEgress | None = None
         super().__init__(settings, KubernetesOptions, _Box)  # last: it may start the pool
-        self._forwards = PortForwards(self._net_root() / "ingress", self._port_forward)
+        self._forwards = PortSockets(self._net_root() / "ingress", self._port_forward)
         self._egress = PodEgress(self)
 
     # -- API ------------------------------------------------------------------------
