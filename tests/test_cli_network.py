@@ -1,4 +1,4 @@
-"""`sandkit egress/expose/unexpose/gateway` where nothing is enforced (local): clear refusals.
+"""`sandkit egress/expose/unexpose/gateway` where nothing is enforced or enabled (local): clear refusals.
 
 Docker, where they act, is covered in providers/sandkit-docker/tests/test_docker_network.py.
 """
@@ -40,7 +40,7 @@ def test_local_says_egress_is_not_enforced(tmp_path: Path) -> None:
     [
         (["egress", "allow", "--allow", "pypi.org"], "cannot enforce an egress policy"),
         (["egress", "--allow", "pypi.org"], "--allow/--deny need a mode"),
-        (["expose", "8000"], "cannot expose ports"),
+        (["expose", "8000"], "providers.local.expose.enabled is false"),
         (["gateway"], "needs gateway.secrets"),
     ],
 )
