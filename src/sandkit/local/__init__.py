@@ -93,12 +93,23 @@ def build_context(
     return context.replace(processes=ProcessTable(context))
 
 
+def _share_regex_tables() -> None:
+    """The search's Unicode tables in this machine's cache (an agent ships them in its
+    zipapp; here a first case-insensitive grep would compute them in every process)."""
+    from ..agent.build import cache_dir
+    from ..runtime import rxinfo
+
+    name = f"unicode-tables-{rxinfo.tables_key().replace('/', '-')}.json"
+    rxinfo.use_tables_cache(str(cache_dir() / name))
+
+
 class LocalProvider(SandboxProvider):
     name = "local"
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
         self.options = LocalOptions.from_settings(self.settings)
+        _share_regex_tables()
         net_root = self.settings.data_root.expanduser().absolute() / ".sandkit" / "net" / "local"
         self._ports = LocalPorts(self.options.expose, net_root / "ingress")
         self._rg_path = find_rg()

@@ -155,16 +155,58 @@ def _compact(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
+# Where a process without shipped tables (the host side: the local provider, the CLI)
+# keeps them for the next process on this machine; None: computed per process.
+_TABLES_CACHE: Optional[str] = None
+
+
+def use_tables_cache(path: str) -> None:
+    """Keep the tables in `path` (built once, by the first process that needs them, in
+    ~1 s; a later process decodes what it uses, as an agent does with the shipped ones).
+    Without it every process computes what it needs on its first case-insensitive
+    search: ~0.3 s of building a 1.1-million-character string."""
+    global _TABLES_CACHE
+    _TABLES_CACHE = path
+
+
+def _cached_tables() -> Optional[bytes]:
+    """The tables of this machine's cache, built and written (atomically) when missing."""
+    path = _TABLES_CACHE
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        pass
+    import os
+    import tempfile
+
+    raw = json.dumps(build_tables(), sort_keys=True, separators=(",", ":")).encode()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tables-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache: this process still has them
+    return raw
+
+
 def _load_tables() -> None:
-    """Seed the caches from the shipped tables, once (nothing when there are none)."""
+    """Seed the caches from the shipped tables (or this machine's cache), once."""
     global _TABLES_LOADED
     if _TABLES_LOADED:
         return
     _TABLES_LOADED = True
     try:
         raw = pkgutil.get_data(__package__ or "sandkit.runtime", TABLES_FILE)
-        data = json.loads(raw) if raw else None
-    except (OSError, ValueError):
+    except OSError:
+        raw = None
+    try:
+        data = json.loads(raw or _cached_tables() or b"null")
+    except ValueError:
         return
     if not isinstance(data, dict) or data.get("key") != tables_key():
         return

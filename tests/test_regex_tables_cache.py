@@ -1,0 +1,56 @@
+"""The host side keeps the search's Unicode tables in this machine's cache: the first
+process builds them once, every later one decodes what it uses instead of computing the
+1.1-million-character table on its first case-insensitive grep (~0.3 s per process, which
+every `sandkit grep` of the CLI paid). Agents ship the tables in their zipapp instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# A fresh process: a local provider, one case-insensitive grep; says whether it had to
+# build the full character table (rxinfo._ALL) and what it found.
+GREP_ONCE = """
+import sys
+from sandkit import SandboxKey, Settings
+from sandkit.local import LocalProvider
+from sandkit.runtime import rxinfo
+with LocalProvider(Settings(data_root=sys.argv[1])) as provider:
+    box = provider.acquire(SandboxKey("u", "t"))
+    box.write_file("a.py", "class K:\\n    def __INIT__(self): pass\\n")
+    found = box.grep("def __init__", output_mode="content").matches
+    print(len(found), rxinfo._ALL is not None)
+"""
+
+
+def grep_once(data_root: Path, cache: Path) -> tuple[int, bool]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-c", GREP_ONCE, str(data_root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    count, built = done.stdout.split()
+    return int(count), built == "True"
+
+
+def test_the_tables_are_built_once_per_machine(tmp_path: Path) -> None:
+    from sandkit.runtime import rxinfo
+
+    cache = tmp_path / "cache"
+    assert grep_once(tmp_path / "one", cache) == (1, True)  # the first process builds them
+    (written,) = (cache / "sandkit").glob("unicode-tables-*.json")
+    assert json.loads(written.read_text())["key"] == rxinfo.tables_key()
+    assert grep_once(tmp_path / "two", cache) == (1, False)  # the next one reads them
+
+
+def test_an_unwritable_cache_still_searches(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "sandkit").write_text("a file where the directory would be")
+    assert grep_once(tmp_path / "root", cache) == (1, True)
