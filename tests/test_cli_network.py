@@ -1,4 +1,4 @@
-"""`sandkit egress/expose/unexpose/gateway` where nothing is enforced or enabled (local): clear refusals.
+"""`sandkit egress/expose/unexpose/gateway` on the local provider: clear refusals.
 
 Docker, where they act, is covered in providers/sandkit-docker/tests/test_docker_network.py.
 """

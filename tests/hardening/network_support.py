@@ -126,6 +126,13 @@ def docker_lab(kind: str, work: Path) -> Iterator[NetLab]:
 # -- kubernetes -------------------------------------------------------------------------
 
 K8S_PORTS = (8080, 8443, 5353)
+# Small requests, also for the gVisor kind: its target asks Guaranteed QoS (500m each, for
+# the memory-hog cases), and two such boxes here beside another module's on the two-core
+# node left pods unschedulable (CAPACITY) in a CI run. Nothing here uses much memory.
+K8S_BOX_RESOURCES = {
+    "requests": {"cpu": "10m", "memory": "64Mi"},
+    "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "1Gi"},
+}
 # Writes the files handed over in SERVER_FILES (JSON) under /tmp/srv, then runs the server.
 K8S_BOOT = """
 import json, os, sys
@@ -169,6 +176,7 @@ def kubernetes_lab(kind: str, work: Path) -> Iterator[NetLab]:
             options={
                 "egress": _egress(ips[0], ips[1], [f"{ip}/32:*" for ip in ips]),
                 "expose": {"enabled": True},
+                "resources": K8S_BOX_RESOURCES,
             },
             upstream_ip=ips[0],
             other_ip=ips[1],

@@ -54,7 +54,12 @@ def test_an_idle_agent_sleeps_and_the_next_call_wakes_it(
     assert "--dormant" not in command
 
     assert provider.sleep_idle_agents(1e-6) == 1
-    same_pid, command = agent_process(docker_client, provider, key)
+    # The agent answers `sleep`, then execs the dormant program: seen a moment later.
+    deadline = time.monotonic() + 30.0
+    while "--dormant" not in (seen := agent_process(docker_client, provider, key))[1]:
+        assert time.monotonic() < deadline, f"the agent did not go dormant: {seen}"
+        time.sleep(0.05)
+    same_pid, command = seen
     assert same_pid == pid and "--dormant" in command
     asleep = private_kib(pid)
     assert asleep < awake / 2, (asleep, awake)

@@ -3,6 +3,7 @@ back, and the next call wakes a fresh agent with the same data and background pr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +37,11 @@ def test_an_idle_agent_sleeps_and_the_next_call_wakes_it(
     assert "--stdio" in awake_command and "--dormant" not in awake_command
 
     assert provider.sleep_idle_agents(1e-6) == 1
-    assert "--dormant" in agent_command(core, pod, pid)
+    # The agent answers `sleep`, then execs the dormant program: seen a moment later.
+    deadline = time.monotonic() + 30.0
+    while "--dormant" not in (seen := agent_command(core, pod, pid)):
+        assert time.monotonic() < deadline, f"the agent did not go dormant: {seen}"
+        time.sleep(0.1)
 
     assert box.read_file("kept.txt").content == "kept"  # wakes it, in the same process
     assert int(box.call("info", {})["pid"]) == pid

@@ -166,11 +166,11 @@ class StdioServer:
         if not idle or self._broken or self.core.context is None:
             self._send(p.dumps(p.result_response(request.id, {"sleeping": False})))
             return
+        from .dormant import become_dormant  # loaded first: the exec follows the answer
+
         self._send(p.dumps(p.result_response(request.id, {"sleeping": True})))
         if self._broken:
             return  # the client is gone: the read loop ends at EOF
-        from .dormant import become_dormant
-
         become_dormant(self._in.fileno(), self._out.fileno())  # does not return
 
     def _send(self, data: bytes) -> None:
