@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import pkgutil
 import re
 import sys
 import unicodedata
@@ -200,6 +199,8 @@ def _load_tables() -> None:
     if _TABLES_LOADED:
         return
     _TABLES_LOADED = True
+    import pkgutil  # only here: it loads typing (~2 ms of a first search)
+
     try:
         raw = pkgutil.get_data(__package__ or "sandkit.runtime", TABLES_FILE)
     except OSError:
