@@ -123,14 +123,19 @@ for _ in range(int(sys.argv[1])):
     except OSError as exc:
         print("connect failed", type(exc).__name__, flush=True)
         break
-time.sleep(2)
-ready, _, _ = select.select(held, [], [], 2)
-busy = 0
-for s in ready:
-    try:
-        busy += b" 503 " in s.recv(4096)
-    except OSError:
-        pass
+# The proxy answers the ones past its per-box cap at once (503): wait for the first such
+# answer (bounded; a loaded proxy may take a while to accept them all), then a moment more.
+busy, waiting, deadline, settle = 0, list(held), time.monotonic() + 30, None
+while waiting and time.monotonic() < (settle or deadline):
+    ready, _, _ = select.select(waiting, [], [], 0.5)
+    for s in ready:
+        waiting.remove(s)
+        try:
+            busy += b" 503 " in s.recv(4096)
+        except OSError:
+            pass
+    if busy and settle is None:
+        settle = time.monotonic() + 1
 print("holding", len(held), "busy", busy, flush=True)
 time.sleep(float(sys.argv[2]))
 """
