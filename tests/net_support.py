@@ -107,6 +107,21 @@ threading.Event().wait()
 """
 
 
+# In a box: GET argv[1] (an upstream's endless /stream), say "open", then read until the
+# connection ends ("ended") or is cut ("cut <error>"): a download kept open while a test
+# takes the box's policy away.
+STREAM_DOWNLOAD = """
+import sys, urllib.request
+r = urllib.request.urlopen(sys.argv[1], timeout=60)
+print('open', flush=True)
+try:
+    while r.read(1024): pass
+    print('ended')
+except Exception as e:
+    print('cut', type(e).__name__)
+"""
+
+
 def make_certificate(directory: Path, names: list[str]) -> tuple[Path, Path]:
     """A self-signed certificate for `names` (it is its own CA): cert.pem, key.pem."""
     from cryptography import x509

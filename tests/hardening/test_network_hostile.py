@@ -33,6 +33,7 @@ from sandkit.provider import SandboxProvider
 from sandkit.sandbox import Sandbox
 from sandkit.testing.conformance.egress import CONNECT_PROBE, FETCH, REFUSED, VIA_PROXY, run
 from sandkit.testing.conformance.exposing import http_get
+from tests.net_support import STREAM_DOWNLOAD
 
 from .figures import Figures
 from .network_support import LABS, NetLab
@@ -366,18 +367,9 @@ def test_the_platform_s_control_plane_is_not_in_the_box(box: Sandbox, attempts: 
 def test_a_policy_taken_away_cuts_open_connections(
     net_provider: SandboxProvider, lab: NetLab, box: Sandbox, attempts: Attempts
 ) -> None:
-    download = (
-        "import urllib.request\n"
-        f"r = urllib.request.urlopen('http://pkg.test:{lab.http_port}/stream', timeout=60)\n"
-        "print('open', flush=True)\n"
-        "try:\n"
-        "    while r.read(1024): pass\n"
-        "    print('ended')\n"
-        "except Exception as e:\n"
-        "    print('cut', type(e).__name__)\n"
-    )
-    box.write_file("download.py", download)
-    handle = box.spawn("exec python3 download.py").handle
+    box.write_file("download.py", STREAM_DOWNLOAD)
+    url = f"http://pkg.test:{lab.http_port}/stream"
+    handle = box.spawn(f"exec python3 download.py {url}").handle
     deadline = time.monotonic() + BOUND_S
     while "open" not in box.process_output(handle).stdout:
         assert time.monotonic() < deadline, box.process_output(handle)

@@ -25,7 +25,7 @@ from sandkit_docker.network import proxy_name
 from sandkit_docker.provider import DockerProvider
 from tests.docker_support import in_ci
 from tests.gvisor_support import assert_in_gvisor, require_docker_runsc
-from tests.net_support import Upstreams, nettools_image, start_upstreams
+from tests.net_support import STREAM_DOWNLOAD, Upstreams, nettools_image, start_upstreams
 
 from sandkit import ErrorCode, SandboxError, SandboxKey, Settings
 from sandkit.net.proxy import own_addresses
@@ -414,17 +414,8 @@ def test_the_policy_changes_on_a_running_box(net_provider: DockerProvider, box: 
     k = box.key
     assert net_provider.egress(k).allow == ("pkg.test:*", "*.pkg.test")
     # A download in flight, then the policy goes to none: new and open connections end.
-    script = (
-        "import sys, time, urllib.request\n"
-        "r = urllib.request.urlopen('http://pkg.test/stream', timeout=60)\n"
-        "print('open', flush=True)\n"
-        "try:\n"
-        "    while r.read(1024): pass\n"
-        "    print('ended')\n"
-        "except Exception as e:\n"
-        "    print('cut', type(e).__name__)\n"
-    )
-    handle = box.spawn(f"python3 -c {shlex.quote(script)}")
+    download = shlex.quote(STREAM_DOWNLOAD)
+    handle = box.spawn(f"python3 -c {download} http://pkg.test/stream")
     deadline = time.monotonic() + BOUND_S
     while "open" not in box.process_output(handle.handle).stdout:
         assert time.monotonic() < deadline, "the download did not start"
