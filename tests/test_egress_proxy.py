@@ -304,6 +304,59 @@ def test_relay_says_when_the_proxy_is_gone(tmp_path: Path) -> None:
     assert info.value.code == 503 and "egress proxy is not reachable" in str(info.value)
 
 
+def test_relay_waits_for_room_at_a_busy_proxy_instead_of_dropping(tmp_path: Path) -> None:
+    # A listener whose queue is full (it accepts nothing for a while): every connection
+    # the relay opens upstream waits, then delivers its bytes once accepting resumes.
+    path = str(tmp_path / "busy.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    count = 6
+
+    async def burst() -> list[bytes]:
+        async def one(i: int) -> bytes:
+            _, writer = await relay.open_unix(path, within_s=BOUND_S)
+            writer.write(b"%d\n" % i)
+            await writer.drain()
+            writer.close()
+            return b"sent"
+
+        return await asyncio.gather(*(one(i) for i in range(count)))
+
+    got: list[bytes] = []
+
+    def accept_later() -> None:
+        time.sleep(0.3)  # every connect past the queue meets EAGAIN meanwhile
+        for _ in range(count):
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(BOUND_S)
+                got.append(conn.recv(16))
+
+    acceptor = threading.Thread(target=accept_later, daemon=True)
+    acceptor.start()
+    try:
+        assert asyncio.run(burst()) == [b"sent"] * count
+        acceptor.join(BOUND_S)
+        assert sorted(got) == sorted(b"%d\n" % i for i in range(count))
+        # Nobody accepting at all: a bounded wait, then a clear error.
+        filling = []
+        while True:  # fill the queue
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            filling.append(sock)
+            try:
+                sock.connect(path)
+            except BlockingIOError:
+                break
+        with pytest.raises(OSError):
+            asyncio.run(relay.open_unix(path, within_s=0.2))
+        for sock in filling:
+            sock.close()
+    finally:
+        listener.close()
+
+
 def test_boxes_are_told_apart_by_their_socket(running: Running, upstream: int) -> None:
     allowed = running.box("allowed", ALLOW)
     closed = running.box("closed", {"mode": "none"})

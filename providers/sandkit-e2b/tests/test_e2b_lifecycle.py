@@ -428,3 +428,25 @@ def test_uploads_reach_a_paused_sandbox_and_seed_one_not_yet_created(
     assert [e.name for e in provider.acquire(fresh).list_dir("/mnt/user-data/uploads").entries] == [
         "late.txt"
     ]
+
+
+def test_two_installs_of_the_agent_into_one_sandbox_at_once_both_succeed(
+    provider: E2BProvider, cloud: Cloud, owned: Owned, api_key: str
+) -> None:
+    # Two processes adopting one half-set-up sandbox both install the agent: each
+    # uploads and stages its own copy, the first rename wins, nothing is left behind.
+    k = key("two-installs")
+    provider.acquire(k)
+    (sandbox,) = of_key(owned, k)
+    sdk = cloud.sandbox_class().connect(sandbox.sandbox_id, api_key=api_key)
+    payload = provider._archive()
+    sdk.commands.run(f"rm -rf {payload.directory}", user="root")
+    scripts = [provider._upload_payload(sdk, payload) for _ in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(lambda s: sdk.commands.run(s, user="root").exit_code, scripts))
+    assert outcomes == [0, 0]
+    left = sdk.commands.run(
+        f"ls -d {payload.directory}* /tmp/sandkit-payload-* 2>/dev/null; true", user="root"
+    ).stdout.split()
+    assert left == [payload.directory]
+    assert sdk.files.exists(payload.agent_path, user="root")

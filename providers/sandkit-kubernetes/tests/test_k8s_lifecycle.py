@@ -170,6 +170,43 @@ def test_a_dead_agent_is_replaced_transparently(provider: KubernetesProvider, co
     assert provider.acquire(key("agent-crash")) is box
 
 
+def test_an_exec_that_fails_without_a_status_is_retried_once(
+    provider: KubernetesProvider, core: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A loaded API server sometimes breaks an exec's connection before any HTTP status
+    # (a TLS error, seen in CI): nothing started in the pod, so starting the agent retries.
+    # The fault is injected; the retry and the agent it starts are real.
+    from sandkit_kubernetes import provider as module
+    from sandkit_kubernetes.stream import ExecOpenError
+
+    box = provider.acquire(key("exec-retry"))
+    old_pid = box.info()["pid"]
+    exec_in(core, box.pod_name, ["sh", "-c", f"kill -9 {old_pid}"])
+    real, calls = module.open_exec, []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[-2])
+        if len(calls) == 1:
+            raise ExecOpenError("[SSL: WRONG_VERSION_NUMBER] wrong version number", None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "open_exec", flaky)
+    assert box.info()["pid"] != old_pid  # a new agent, started on the second try
+    assert len(calls) == 2 and calls[0] == calls[1]
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[-2])
+        raise ExecOpenError("pods/exec is forbidden", 403)
+
+    calls.clear()
+    exec_in(core, box.pod_name, ["sh", "-c", f"kill -9 {box.info()['pid']}"])
+    monkeypatch.setattr(module, "open_exec", refused)
+    with pytest.raises(SandboxError) as info:
+        box.info()
+    assert info.value.code is ErrorCode.UNAVAILABLE and "RBAC" in info.value.message
+    assert len(calls) == 1  # a refusal with a status is not retried
+
+
 def test_changed_settings_recreate_the_pod(make_provider: Factory, core: Any) -> None:
     k = key("respec")
     make_provider(termination_grace_s=1).acquire(k).write_file("x.txt", "x\n")

@@ -34,7 +34,7 @@ import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .policy import Decider, Decision, Policy, PolicyError, load_networks, normalize_host
-from .relay import pump
+from .relay import BACKLOG, pump
 
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
@@ -336,7 +336,7 @@ class EgressProxy:
 
         short = short_unix_path(path)
         try:
-            box.server = await asyncio.start_unix_server(handler, short[0])
+            box.server = await asyncio.start_unix_server(handler, short[0], backlog=BACKLOG)
         finally:
             short[1]()
         os.chmod(path, 0o666)
@@ -382,7 +382,9 @@ class EgressProxy:
         os.chmod(control, 0o600)
         if self.listen is not None:
             host, port = self.listen
-            server = await asyncio.start_server(self._serve_tcp, host, port, reuse_address=True)
+            server = await asyncio.start_server(
+                self._serve_tcp, host, port, reuse_address=True, backlog=BACKLOG
+            )
             self._servers.append(server)
         _log({"event": "ready", "boxes": len(self.boxes), "tcp": bool(self.listen)})
         while True:

@@ -22,9 +22,11 @@ import select
 import socket
 import sys
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 CHUNK = 64 * 1024
+BACKLOG = 1024  # a burst of connections waits in the kernel, not refused
+UPSTREAM_CONNECT_S = 10.0  # a busy proxy has this long to take a new connection
 
 
 def _unreachable_response() -> bytes:
@@ -72,11 +74,38 @@ def _nodelay(writer: asyncio.StreamWriter) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+async def open_unix(path: str, within_s: float = UPSTREAM_CONNECT_S) -> Any:
+    """A connection to the unix socket `path`, waiting while its listen queue is full.
+
+    asyncio takes a unix connect refused with EAGAIN (the listener's queue is full) for a
+    success and hands back an unconnected socket, so a burst past the queue of a busy
+    listener was dropped without a word; here it waits for room, up to `within_s`.
+    """
+    loop = asyncio.get_running_loop()
+    deadline, pause = loop.time() + within_s, 0.005
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(path)
+        except (BlockingIOError, InterruptedError):
+            sock.close()
+            if loop.time() + pause > deadline:
+                raise OSError(errno.EAGAIN, "the listener's queue stayed full") from None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return await asyncio.open_unix_connection(sock=sock)
+
+
 async def _relay_out(host: str, port: int, path: str, ready: Optional[int] = None) -> int:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         _nodelay(writer)
         try:
-            up_reader, up_writer = await asyncio.open_unix_connection(path)
+            up_reader, up_writer = await open_unix(path)
         except OSError:
             with contextlib.suppress(Exception):
                 writer.write(_unreachable_response())
@@ -86,7 +115,7 @@ async def _relay_out(host: str, port: int, path: str, ready: Optional[int] = Non
         await splice(reader, writer, up_reader, up_writer)
 
     try:
-        server = await asyncio.start_server(handle, host, port, reuse_address=True)
+        server = await asyncio.start_server(handle, host, port, reuse_address=True, backlog=BACKLOG)
     except OSError as exc:
         _ready(ready, b"up" if exc.errno == errno.EADDRINUSE else str(exc).encode()[:60])
         if exc.errno == errno.EADDRINUSE:
@@ -117,7 +146,7 @@ async def _relay_in(path: str, port: int, ready: Optional[int] = None) -> int:
         with contextlib.suppress(Exception):
             writer.close()
 
-    server = await asyncio.start_unix_server(handle, path)
+    server = await asyncio.start_unix_server(handle, path, backlog=BACKLOG)
     os.chmod(path, 0o666)
     _ready(ready, b"up")
     async with server:

@@ -36,9 +36,10 @@ class Payload:
     def rg_path(self) -> str | None:
         return f"{self.directory}/bin/rg" if self.has_rg else None
 
-    @property
-    def upload_path(self) -> str:
-        return f"/tmp/sandkit-payload-{self.digest}.tar.gz"
+    def upload_path(self, install: str) -> str:
+        """Where one install uploads the archive: its own file, as two providers adopting
+        one sandbox install at once."""
+        return f"/tmp/sandkit-payload-{self.digest}-{install}.tar.gz"
 
 
 @functools.cache

@@ -607,15 +607,27 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
         except Exception as exc:
             raise service_error(exc, doing) from None
 
-    def _payload_script(self, payload: Payload) -> str:
-        directory = shlex.quote(payload.directory)
-        upload = shlex.quote(payload.upload_path)
+    def _payload_script(self, payload: Payload, upload: str) -> str:
+        """Unpack into a staging directory of this install's own, then rename it into place.
+
+        Two providers adopting one sandbox install at once: the first rename wins, the
+        other's (`mv -T` onto a non-empty directory fails) drops its identical copy.
+        """
+        directory, agent = shlex.quote(payload.directory), shlex.quote(payload.agent_path)
+        upload = shlex.quote(upload)
         return (
-            f"mkdir -p {shlex.quote(AGENT_ROOT)} && rm -rf {directory}.tmp && "
-            f"mkdir {directory}.tmp && tar -xzf {upload} -C {directory}.tmp --no-same-owner && "
-            f"chmod -R a+rX,go-w {directory}.tmp && rm -rf {directory} && "
-            f"mv {directory}.tmp {directory} && rm -f {upload}"
+            f"mkdir -p {shlex.quote(AGENT_ROOT)} && staged=$(mktemp -d {directory}.tmp-XXXXXX) && "
+            f'tar -xzf {upload} -C "$staged" --no-same-owner && rm -f {upload} && '
+            f'chmod -R a+rX,go-w "$staged" && '
+            f'{{ mv -T "$staged" {directory} 2>/dev/null || '
+            f'{{ rm -rf "$staged"; test -e {agent}; }}; }}'
         )
+
+    def _upload_payload(self, sdk: Any, payload: Payload) -> str:
+        """Upload the archive to a file of this install's own; the install script for it."""
+        upload = payload.upload_path(uuid.uuid4().hex[:12])
+        self._write_root(sdk, upload, payload.archive, "uploading the agent")
+        return self._payload_script(payload, upload)
 
     def _ensure_payload(self, sdk: Any) -> None:
         """Install this version's agent into an adopted sandbox that lacks it."""
@@ -626,13 +638,11 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
             raise service_error(exc, "checking the agent in the sandbox") from None
         if present:
             return
-        self._write_root(sdk, payload.upload_path, payload.archive, "uploading the agent")
-        self._root(sdk, self._payload_script(payload), "installing the agent")
+        self._root(sdk, self._upload_payload(sdk, payload), "installing the agent")
 
     def _set_up(self, sdk: Any, layout: ThreadLayout) -> None:
         """A new sandbox: the agent, the thread's files from the host, the virtual layout."""
-        payload = self._archive()
-        self._write_root(sdk, payload.upload_path, payload.archive, "uploading the agent")
+        install = self._upload_payload(sdk, self._archive())
         seed = build_seed(layout.mounts)
         seed_path = f"/tmp/sandkit-seed-{uuid.uuid4().hex[:12]}.tar"
         if seed is not None:
@@ -643,7 +653,7 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
         read_only = [shlex.quote(m.virtual) for m in layout.mounts if m.read_only]
         lines = [
             "set -e",
-            self._payload_script(payload),
+            install,
             "mkdir -p " + " ".join(shlex.quote(m.virtual) for m in layout.mounts),
         ]
         if seed is not None:
