@@ -376,6 +376,12 @@ def _load_operations() -> None:
             operation.function  # noqa: B018 - imports its module
         except Exception as exc:  # a broken module says so on its first call too
             log("loading %s: %s" % (operation.name, exc))
+    try:
+        from ..runtime import rxinfo
+
+        rxinfo.warm()  # the Unicode tables a first grep would decode
+    except Exception as exc:
+        log("decoding the Unicode tables: %s" % exc)
 
 
 def _python_version() -> str:
