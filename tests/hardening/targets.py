@@ -51,6 +51,7 @@ for _tests in ("sandkit-kubernetes", "sandkit-e2b"):  # k8s_support, e2b_standin
 
 KINDS = ("local", "docker", "kubernetes", "e2b", "docker-gvisor", "kubernetes-gvisor")
 GVISOR_KINDS = ("docker-gvisor", "kubernetes-gvisor")
+POOL_KINDS = ("docker", "kubernetes", *GVISOR_KINDS)  # providers with warm pools
 # Host tasks a gVisor box may use on Docker: room for exec_max_processes (256) processes.
 GVISOR_DOCKER_PIDS = 1024
 # Processes a gVisor pod may have under the dev cluster's podPidsLimit of 256 host tasks.

@@ -83,6 +83,19 @@ print("survived", len(chunks))
 DEAD = 's=$(sed -n "s/^State:[[:space:]]*\\([A-Z]\\).*/\\1/p" /proc/{pid}/status 2>/dev/null); ' + (
     '[ -z "$s" ] || [ "$s" = Z ]'
 )
+# Prints the box's processes counted by (state, parent pid).
+PROCESSES = """\
+import collections, os
+seen = collections.Counter()
+for name in os.listdir("/proc"):
+    try:
+        with open("/proc/%s/stat" % name, "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        continue
+    seen[(fields[0].decode(), int(fields[1]))] += 1
+print(dict(sorted(seen.items())))
+"""
 # Prints how many processes of group argv[1] still run (zombies do not). Its own group is
 # left out: a new group could get the old id if the kernel reused the number.
 GROUP_LEFT = """\
@@ -134,6 +147,7 @@ def box(target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bo
         made.sandbox.write_file("probe.py", PROBE)
         made.sandbox.write_file("hog.py", HOG)
         made.sandbox.write_file("group_left.py", GROUP_LEFT)
+        made.sandbox.write_file("processes.py", PROCESSES)
         yield made
 
 
@@ -162,6 +176,12 @@ def group_left(box: Box, pgid: int) -> int:
     result = box.run(f"python3 group_left.py {pgid}", timeout=30)
     assert result.exit_code == 0, result
     return int(result.stdout)
+
+
+def processes(box: Box) -> str:
+    """The box's processes counted by (state, parent pid), for a failure's message."""
+    result = box.run("python3 processes.py", timeout=30)
+    return result.stdout.strip() or f"(could not list: {result.stderr[-200:]!r})"
 
 
 def test_hostile_commands(box: Box, cases: Cases) -> None:
@@ -339,7 +359,10 @@ def fork_bombs(box: Box, cases: Cases, probe: Callable[[], int], capacity: int) 
                 return free[-1] >= capacity - BOMB_SPARE
 
             if not poll(capacity_back, GONE_S):
-                raise Unbounded(f"capacity {free[-1]} of {capacity} after the bomb")
+                raise Unbounded(
+                    f"capacity {free[-1]} of {capacity} after the bomb; the box's processes "
+                    f"by (state, parent): {processes(box)}"
+                )
             print(
                 f"\n[{box.kind}] {command!r}: returned in {returned:.2f} s "
                 f"(timed_out={result.timed_out}), nothing left and {free[-1]} of {capacity} "

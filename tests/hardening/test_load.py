@@ -55,6 +55,10 @@ MIX = {
 FILES_PER_THREAD = 8  # write_file targets; shell-written files come on top
 BIG_LINES = 1200  # a "big" write: ~48 KiB, under the read caps (2000 lines, 256 KiB)
 PARALLEL_ACQUIRES = 100
+# The pool variant: this many boxes claimed by the first acquires (more would take the
+# pool's fill time, ~1 s a box here, from CI), and how long filling it may take.
+POOL_SIZE = 10
+POOL_READY_S = 240.0
 # After shutdown() returns, how long a box may still be on its way out (a
 # Terminating pod) before it counts as left behind.
 GONE_WAIT_S = 60.0
@@ -331,16 +335,58 @@ def test_fifty_threads_of_mixed_operations(
     load_report: _LoadReport,
 ) -> None:
     """50 conversations x 200 operations at once: no error, no lost or torn write, no leak."""
-    kind = target.kind
     # The default search time limit: this case asks for no error under load, and a plain
     # grep on a loaded 2-core host may take longer than the 3 s the hostile cases use.
     provider = make_provider(limits=LimitsSettings())
+    _fifty_conversations(target, provider, figures, load_report, target.kind, "load")
+
+
+def test_fifty_threads_with_a_warm_pool(
+    target: Target,
+    make_provider: Callable[..., SandboxProvider],
+    figures: Figures,
+    load_report: _LoadReport,
+) -> None:
+    """The same load with a warm pool: the first acquires claim pool boxes while the pool
+    refills and the rest start cold, all at once; a claimed box never holds another
+    thread's files, and shutdown leaves no box, pool boxes included."""
+    pool_options = {"size": POOL_SIZE, "refill_interval_s": 0.2}
+    provider = make_provider(limits=LimitsSettings(), options={"warm_pool": pool_options})
+    pool = getattr(provider, "_pool", None)
+    assert pool is not None and pool.wait_ready(POOL_SIZE, POOL_READY_S), "the pool never filled"
+    claimed: list[SandboxKey] = []
+    claim = pool.claim
+
+    def counted(key: SandboxKey) -> Any:  # observes the real claim, changes nothing
+        got = claim(key)
+        if got is not None:
+            claimed.append(key)
+        return got
+
+    pool.claim = counted
+    _fifty_conversations(
+        target, provider, figures, load_report, f"{target.kind} + pool", "pool_load"
+    )
+    figures.add(target.kind, "pool_claims", len(claimed))
+    assert len(claimed) >= POOL_SIZE, f"only {len(claimed)} of {THREADS} acquires claimed"
+
+
+def _fifty_conversations(
+    target: Target,
+    provider: SandboxProvider,
+    figures: Figures,
+    load_report: _LoadReport,
+    label: str,
+    latency_figure: str,
+) -> None:
+    kind = target.kind
     keys = [SandboxKey("load", f"thread-{_tag(i)}") for i in range(THREADS)]
 
     started = time.monotonic()
     sandboxes = _acquire_all(provider, keys)
     acquire_s = time.monotonic() - started
-    assert len(target.boxes(provider)) == THREADS
+    assert len({s.key.sandbox_id for s in sandboxes}) == THREADS
+    assert len(target.boxes(provider)) >= THREADS  # a refilled pool's boxes come on top
 
     conversations = [
         Conversation(i, sandbox, random.Random(f"load-{i}")) for i, sandbox in enumerate(sandboxes)
@@ -372,13 +418,13 @@ def test_fifty_threads_of_mixed_operations(
     figures.add(kind, "load_ops", THREADS * OPS_PER_THREAD)
     figures.add(kind, "load_errors", len(errors))
     figures.add(kind, "files_lost", len(lost))
-    figures.set(kind, "load_p50_ms", round(_percentile(every, 50), 1))
-    figures.set(kind, "load_p95_ms", round(_percentile(every, 95), 1))
+    figures.set(kind, f"{latency_figure}_p50_ms", round(_percentile(every, 50), 1))
+    figures.set(kind, f"{latency_figure}_p95_ms", round(_percentile(every, 95), 1))
     figures.set(kind, "boxes_after_shutdown", left)
 
     report = load_report.lines
     report.append(
-        f"[{kind}] {len(every)} ops ({THREADS} threads x {OPS_PER_THREAD}) in {run_s:.1f} s "
+        f"[{label}] {len(every)} ops ({THREADS} threads x {OPS_PER_THREAD}) in {run_s:.1f} s "
         f"({len(every) / run_s:.0f} ops/s); acquire {THREADS} boxes {acquire_s:.1f} s; "
         f"shutdown {shutdown_s:.1f} s, no box left after {gone_s:.1f} s; "
         f"errors {len(errors)}, lost/torn {len(lost)}, foreign {len(foreign)}"
@@ -386,12 +432,12 @@ def test_fifty_threads_of_mixed_operations(
     for op in sorted(latencies):
         values = latencies[op]
         report.append(
-            f"[{kind}]   {op:<8} n={len(values):<5} p50 {_percentile(values, 50):7.1f} ms"
+            f"[{label}]   {op:<8} n={len(values):<5} p50 {_percentile(values, 50):7.1f} ms"
             f"   p95 {_percentile(values, 95):7.1f} ms   max {max(values):7.1f} ms"
         )
     slowest = sorted((s for c in conversations for s in c.slowest), reverse=True)[:5]
     report.append(
-        f"[{kind}]   slowest: "
+        f"[{label}]   slowest: "
         + ", ".join(f"{op} #{n} of its thread {ms / 1000:.1f} s" for ms, op, n in slowest)
     )
 

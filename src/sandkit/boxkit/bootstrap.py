@@ -45,6 +45,10 @@ READY = b"sandkit-boot ready "
 FAILED = b"sandkit-boot failed "
 LENGTH = struct.Struct(">Q")
 
+# A pod's PID 1: reaps every orphan. It looks at least once a second, as tini does, not
+# only on SIGCHLD: gVisor does not always signal the new parent of an orphan that is a
+# zombie already (a killed fork bomb's), and unreaped zombies hold the box's process
+# slots (RLIMIT_NPROC there) until the next signal, which may never come.
 INIT = """\
 import os, signal as S
 sigs = [S.SIGCHLD, S.SIGTERM, S.SIGINT, S.SIGHUP]
@@ -55,7 +59,7 @@ while True:
             pass
     except ChildProcessError:
         pass
-    info = S.sigtimedwait(sigs, 3600)
+    info = S.sigtimedwait(sigs, 1)
     if info is not None and info.si_signo != S.SIGCHLD:
         break
 """

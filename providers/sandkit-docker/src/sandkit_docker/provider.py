@@ -307,9 +307,10 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             if exc.status_code != 409:
                 raise engine_error(exc, "claiming a pool box") from None
             # The key got a box meanwhile (another replica's cold start): it uses the
-            # storage just moved there; this pool box is of no use any more.
+            # storage just moved there; this pool box is of no use any more (GONE: not
+            # back into the ready pool; the next claim finds the key's data: cold path).
             self._remove_quietly(str(record.container_id))
-            return Claim.TAKEN
+            return Claim.GONE
         net = self.net
         if net.enabled:  # the box keeps its network directories; the key's policy now
             net_name = f"pool-{slot}"
