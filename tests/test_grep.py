@@ -656,3 +656,34 @@ def test_a_ripgrep_crash_falls_back_to_the_python_engine() -> None:
 
     with pytest.raises(rg.RgUnusable):
         rg._checked(101, b"", b"thread '<unnamed>' panicked at crates/ignore/src/walk.rs:1167")
+
+
+def test_the_agents_search_warm_up_runs_ripgrep_on_nothing_of_the_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An agent's warm-up thread runs ripgrep once on an empty directory of its own, so a
+    # fresh agent's first grep does not pay for the first start; it leaves nothing behind
+    # and never fails, whatever ripgrep it is given.
+    import subprocess
+    import tempfile
+
+    from sandkit.runtime import search
+
+    if RG is None:
+        pytest.skip("ripgrep is not installed")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ran: list[list[str]] = []
+    real = subprocess.Popen
+
+    def spy(args: Any, *rest: Any, **kwargs: Any) -> Any:
+        ran.append(list(args))
+        return real(args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    search.warm(RG)
+    ((argv),) = ran
+    assert argv[0] == RG and argv[-1].startswith(str(tmp_path / "sandkit-warm-"))
+    assert list(tmp_path.iterdir()) == []
+    search.warm(None)
+    search.warm(str(tmp_path / "no-such-rg"))
+    assert list(tmp_path.iterdir()) == []

@@ -141,7 +141,12 @@ class AgentCore:
         # The operations' modules load on first use, so the answer to initialize does not
         # wait for them; this loads the rest meanwhile (a first grep then costs what a
         # later one does, docs/benchmarks.md).
-        threading.Thread(target=_load_operations, name="sandkit-agent-warm", daemon=True).start()
+        threading.Thread(
+            target=_load_operations,
+            args=(context.rg_path,),
+            name="sandkit-agent-warm",
+            daemon=True,
+        ).start()
 
     # -- parsing ------------------------------------------------------------
 
@@ -365,10 +370,18 @@ class _NotInitialized(Exception):
     pass
 
 
-def _load_operations() -> None:
+def _load_operations(rg_path: Optional[str]) -> None:
     # What the stdio carrier's worker pools need, made at the first operation.
     import concurrent.futures  # noqa: F401
 
+    # The search first (a first grep would pay for it the most: the Unicode tables,
+    # ripgrep's first run), then every other operation's module.
+    try:
+        from ..runtime import search
+
+        search.warm(rg_path)
+    except Exception as exc:
+        log("warming up the search: %s" % exc)
     from ..runtime.operations import OPERATIONS
 
     for operation in OPERATIONS.values():
@@ -376,12 +389,6 @@ def _load_operations() -> None:
             operation.function  # noqa: B018 - imports its module
         except Exception as exc:  # a broken module says so on its first call too
             log("loading %s: %s" % (operation.name, exc))
-    try:
-        from ..runtime import rxinfo
-
-        rxinfo.warm()  # the Unicode tables a first grep would decode
-    except Exception as exc:
-        log("decoding the Unicode tables: %s" % exc)
 
 
 def _python_version() -> str:

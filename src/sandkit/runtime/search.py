@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["find_rg", "glob", "grep"]
 
 OUTPUT_MODES = ("content", "files_with_matches", "count")
+WARM_RG_TIMEOUT_S = 10.0  # the warm-up's ripgrep run on an empty directory
 
 
 def _timeout() -> SandboxError:
@@ -294,6 +295,29 @@ def grep(
     result[key] = items
     result["truncated"] = more
     return result
+
+
+def warm(rg_path: Optional[str]) -> None:
+    """Take a first grep's one-time costs ahead of it (an agent's warm-up thread calls this
+    after `initialize`): the Unicode tables a default query uses, and one ripgrep run
+    through the same code, on an empty directory of its own (no user file is read), so
+    the binary is paged in and the spawn and read paths have run once."""
+    from . import rxinfo
+
+    rxinfo.warm()
+    if not rg_path:
+        return
+    import shutil
+    import tempfile
+
+    empty = tempfile.mkdtemp(prefix="sandkit-warm-")
+    try:
+        args = [*RG_BASE_ARGS, "--json", "--regexp=sandkit", "--", empty]
+        run_bounded(rg_path, args, WARM_RG_TIMEOUT_S, 1 << 16)
+    except (SandboxError, RgRegexError, RgUnusable):
+        pass  # the first real grep meets the same trouble and says so
+    finally:
+        shutil.rmtree(empty, ignore_errors=True)
 
 
 def _run(query: _Query) -> Tuple[List[Any], bool]:
