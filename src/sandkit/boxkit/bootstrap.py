@@ -46,9 +46,9 @@ FAILED = b"sandkit-boot failed "
 LENGTH = struct.Struct(">Q")
 
 # A pod's PID 1: reaps every orphan. It looks at least once a second, as tini does, not
-# only on SIGCHLD: gVisor does not always signal the new parent of an orphan that is a
-# zombie already (a killed fork bomb's), and unreaped zombies hold the box's process
-# slots (RLIMIT_NPROC there) until the next signal, which may never come.
+# only on SIGCHLD: an unreaped zombie holds one of the box's process slots (RLIMIT_NPROC
+# under gVisor), and reaping must not depend on a signal arriving (CI once saw a gVisor
+# box's slots stay taken after a killed fork bomb; the cause is not confirmed).
 INIT = """\
 import os, signal as S
 sigs = [S.SIGCHLD, S.SIGTERM, S.SIGINT, S.SIGHUP]

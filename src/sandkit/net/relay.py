@@ -22,7 +22,7 @@ import select
 import socket
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 CHUNK = 64 * 1024
 BACKLOG = 1024  # a burst of connections waits in the kernel, not refused
@@ -74,7 +74,9 @@ def _nodelay(writer: asyncio.StreamWriter) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-async def open_unix(path: str, within_s: float = UPSTREAM_CONNECT_S) -> Any:
+async def open_unix(
+    path: str, within_s: float = UPSTREAM_CONNECT_S
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A connection to the unix socket `path`, waiting while its listen queue is full.
 
     asyncio takes a unix connect refused with EAGAIN (the listener's queue is full) for a
