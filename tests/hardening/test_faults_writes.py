@@ -17,7 +17,7 @@ import pytest
 from sandkit import ErrorCode
 from sandkit.provider import SandboxProvider
 
-from .faults_support import RESTART_BOUND_S, error_code, fresh_key, in_background, note, survived
+from .faults_support import error_code, fresh_key, in_background, note, restart_bound_s, survived
 from .figures import Figures
 from .provider_process import (
     WORKSPACE,
@@ -124,7 +124,7 @@ def _interrupt_agent_writes(
             shot = killer.execute(f"sleep {delay:.3f}; kill -9 {pid}", timeout=60)
         killed = time.monotonic()
         assert shot.exit_code in (0, 1), shot  # 1: the write and its agent ended first
-        writer.join(RESTART_BOUND_S)
+        writer.join(restart_bound_s())
         assert not writer.is_alive(), f"round {i}: the write still hangs after the kill"
         slowest_s = max(slowest_s, outcome["ended"] - killed)
         code = error_code(outcome)

@@ -223,14 +223,20 @@ def e2b_id(provider: E2BProvider, k: SandboxKey) -> str:
     return box.e2b_id
 
 
+def started(make_provider: Factory, name: str) -> tuple[E2BProvider, SandboxKey, str]:
+    """A provider with the test's egress settings, the running sandbox of key `name`, and
+    that sandbox's E2B id."""
+    provider = make_provider(egress=EGRESS)
+    k = key(name)
+    provider.acquire(k)
+    return provider, k, e2b_id(provider, k)
+
+
 @pytest.mark.docker
 def test_create_sends_the_default_policy_and_set_egress_replaces_it_whole(
     make_provider: Factory, cloud: Cloud
 ) -> None:
-    provider = make_provider(egress=EGRESS)
-    k = key("running")
-    provider.acquire(k)
-    sandbox_id = e2b_id(provider, k)
+    provider, k, sandbox_id = started(make_provider, "running")
     sent = cloud.network(sandbox_id)
     assert sent.allow_internet_access is True
     assert sent.created == {"allow_out": ["pypi.org"], "deny_out": [ALL_TRAFFIC, *ALWAYS, *PRIVATE]}
@@ -258,9 +264,7 @@ def test_create_sends_the_default_policy_and_set_egress_replaces_it_whole(
 
 @pytest.mark.docker
 def test_refusals_store_nothing_and_send_nothing(make_provider: Factory, cloud: Cloud) -> None:
-    provider = make_provider(egress=EGRESS)
-    k = key("refusals")
-    provider.acquire(k)
+    provider, k, _ = started(make_provider, "refusals")
     before = cloud.calls["update_network"]
     with raises_code(ErrorCode.ACCESS_DENIED):
         provider.set_egress(k, {"mode": "allow", "allow": ["example.com"]})  # beyond the ceiling
@@ -278,10 +282,7 @@ def test_refusals_store_nothing_and_send_nothing(make_provider: Factory, cloud: 
 def test_the_policy_outlives_a_pause_and_a_new_provider_and_goes_with_destroy(
     make_provider: Factory, cloud: Cloud
 ) -> None:
-    provider = make_provider(egress=EGRESS)
-    k = key("survives")
-    provider.acquire(k)
-    sandbox_id = e2b_id(provider, k)
+    provider, k, sandbox_id = started(make_provider, "survives")
     first = {"mode": "allow", "allow": ["files.pythonhosted.org"]}
     provider.set_egress(k, first)
     provider.release(k)  # paused

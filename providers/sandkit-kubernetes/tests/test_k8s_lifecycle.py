@@ -174,33 +174,34 @@ def test_an_exec_that_fails_without_a_status_is_retried_once(
     provider: KubernetesProvider, core: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A loaded API server sometimes breaks an exec's connection before any HTTP status
-    # (a TLS error, seen in CI): nothing started in the pod, so starting the agent retries.
-    # The fault is injected; the retry and the agent it starts are real.
-    from sandkit_kubernetes import provider as module
-    from sandkit_kubernetes.stream import ExecOpenError
+    # (a TLS error, seen in CI): nothing started in the pod, so the exec is tried again.
+    # The fault is injected into the kubernetes client; the retry and the agent are real.
+    import kubernetes.stream
+    from kubernetes.client.exceptions import ApiException
 
     box = provider.acquire(key("exec-retry"))
     old_pid = box.info()["pid"]
     exec_in(core, box.pod_name, ["sh", "-c", f"kill -9 {old_pid}"])
-    real, calls = module.open_exec, []
+    real, calls = kubernetes.stream.stream, []
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[-2])
+        calls.append(kwargs["command"])
         if len(calls) == 1:
-            raise ExecOpenError("[SSL: WRONG_VERSION_NUMBER] wrong version number", None)
+            raise ApiException(status=0, reason="[SSL: WRONG_VERSION_NUMBER] wrong version number")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(module, "open_exec", flaky)
+    monkeypatch.setattr(kubernetes.stream, "stream", flaky)
     assert box.info()["pid"] != old_pid  # a new agent, started on the second try
     assert len(calls) == 2 and calls[0] == calls[1]
 
     def refused(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[-2])
-        raise ExecOpenError("pods/exec is forbidden", 403)
+        calls.append(kwargs["command"])
+        raise ApiException(status=403, reason="pods/exec is forbidden")
 
-    calls.clear()
+    monkeypatch.setattr(kubernetes.stream, "stream", real)
     exec_in(core, box.pod_name, ["sh", "-c", f"kill -9 {box.info()['pid']}"])
-    monkeypatch.setattr(module, "open_exec", refused)
+    calls.clear()
+    monkeypatch.setattr(kubernetes.stream, "stream", refused)
     with pytest.raises(SandboxError) as info:
         box.info()
     assert info.value.code is ErrorCode.UNAVAILABLE and "RBAC" in info.value.message

@@ -85,7 +85,6 @@ START_FAILURES = frozenset(
 EVENT_FAILURES = frozenset({"FailedMount", "FailedAttachVolume", "FailedCreatePodSandBox"})
 WATCH_SLICE_S = 3.0
 HANDSHAKE_TIMEOUT_S = 60.0
-EXEC_RETRY_PAUSE_S = 0.2  # before the one retry of an exec that failed without a status
 
 
 class KubernetesSandbox(BoxSandbox):
@@ -732,21 +731,6 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
 
     # -- carrier stdio ----------------------------------------------------------------
 
-    def _open_exec_retrying(self, name: str, argv: list[str]) -> KubeExecStream:
-        """`open_exec`, once more after a failure with no HTTP status (a connection or TLS
-        error, seen from a loaded API server): nothing started in the pod, so a retry is safe."""
-        try:
-            return open_exec(
-                self._exec_api(), self.options.namespace, name, CONTAINER, argv, self._timeout
-            )
-        except ExecOpenError as exc:
-            if exc.status is not None:
-                raise
-        time.sleep(EXEC_RETRY_PAUSE_S)
-        return open_exec(
-            self._exec_api(), self.options.namespace, name, CONTAINER, argv, self._timeout
-        )
-
     def _exec_boot(self, box: _Box, mode: str) -> KubeExecStream:
         """Start BOOT in the pod and install the payload if the pod lacks it."""
         name = self._pod_name(box)
@@ -764,7 +748,9 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             payload.agent_sha256,
         )
         try:
-            stream = self._open_exec_retrying(name, argv)
+            stream = open_exec(
+                self._exec_api(), self.options.namespace, name, CONTAINER, argv, self._timeout
+            )
         except ExecOpenError as exc:
             if exc.status in (404, 400):  # the pod says so; anything else may pass (load)
                 box.dead = True

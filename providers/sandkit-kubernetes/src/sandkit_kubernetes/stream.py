@@ -38,6 +38,7 @@ STDERR_KEEP_BYTES = 64 * 1024
 WATCH_BYTES = 256 * 1024
 # Silence after such a write before the watch is asked (then again every as long).
 WATCH_AFTER_S = 5.0
+EXEC_RETRY_PAUSE_S = 0.2  # before the one retry of an exec that failed without a status
 _HANDSHAKE_RE = re.compile(r"Handshake status (\d{3})")
 
 
@@ -60,32 +61,40 @@ def open_exec(
     """Start `argv` in the pod with stdin/stdout/stderr attached (no tty).
 
     `core` must be a `CoreV1Api` of its own: `stream()` swaps the client's
-    `call_api` while it connects, which would hijack concurrent calls.
+    `call_api` while it connects, which would hijack concurrent calls. An exec
+    that fails before any HTTP status (a connection or TLS error, seen from a
+    loaded API server) started nothing in the pod, so it is tried once more.
     """
     from kubernetes.client.exceptions import ApiException
     from kubernetes.stream import stream
 
-    try:
-        ws = stream(
-            core.connect_get_namespaced_pod_exec,
-            pod,
-            namespace,
-            command=argv,
-            container=container,
-            stdin=True,
-            stdout=True,
-            stderr=True,
-            tty=False,
-            binary=True,
-            _preload_content=False,
-            _request_timeout=timeout,
-        )
-    except ApiException as exc:
-        text = str(exc.reason or exc)
-        found = _HANDSHAKE_RE.search(text)
-        status = int(found.group(1)) if found else (exc.status or None)
-        raise ExecOpenError(_status_message(text), status) from None
-    return KubeExecStream(ws)
+    retries = 1
+    while True:
+        try:
+            ws = stream(
+                core.connect_get_namespaced_pod_exec,
+                pod,
+                namespace,
+                command=argv,
+                container=container,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                binary=True,
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except ApiException as exc:
+            text = str(exc.reason or exc)
+            found = _HANDSHAKE_RE.search(text)
+            status = int(found.group(1)) if found else (exc.status or None)
+            if status is None and retries:
+                retries -= 1
+                time.sleep(EXEC_RETRY_PAUSE_S)
+                continue
+            raise ExecOpenError(_status_message(text), status) from None
+        return KubeExecStream(ws)
 
 
 def _status_message(text: str) -> str:
