@@ -50,7 +50,10 @@ def _connect(endpoint: Endpoint) -> socket.socket:
 def http_get(endpoint: Endpoint, path: str = "/") -> bytes:
     """One HTTP/1.0 GET to the endpoint; b"" when nothing answers on the port in the box."""
     with _connect(endpoint) as client:
-        client.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
+        try:
+            client.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
+        except (BrokenPipeError, ConnectionResetError):
+            return b""  # ended before the request went out: nothing behind the port
         data = b""
         while chunk := client.recv(65536):
             data += chunk
