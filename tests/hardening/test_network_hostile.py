@@ -169,13 +169,16 @@ class Attempts:
         assert not self.through, "got through:\n" + "\n".join(self.through)
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: the lab's upstream pods carry the Kubernetes tests' session
+# label, and a lab kept to the end of the worker's session was still there when that worker
+# later ran the check that no pod of the session is left (a CI failure).
+@pytest.fixture(scope="module")
 def lab(target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetLab]:
     with LABS[target.kind](target.kind, tmp_path_factory.mktemp(f"lab-{target.kind}")) as made:
         yield made
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def net_provider(
     target: Target, lab: NetLab, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SandboxProvider]:
