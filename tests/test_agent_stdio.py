@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,44 @@ def test_unexpected_failures_are_masked_internal_errors(config: Any) -> None:
         message = reply["error"]["data"]["message"]
         assert method in message
         assert "host-secret" not in message and "Traceback" not in message
+
+
+class HeldRuntime:
+    """Every call waits until the test lets it go."""
+
+    def __init__(self, _context: Any) -> None:
+        self.started = threading.Event()
+        self.go = threading.Event()
+
+    def call(self, method: str, params: dict[str, Any]) -> Any:
+        self.started.set()
+        self.go.wait(30)
+        return {}
+
+
+def test_the_warm_up_steps_aside_while_an_operation_runs(config: Any) -> None:
+    """The agent's warm-up thread waits for quiet between its steps (wait_quiet): an
+    operation a caller waits on counts, a command or a long poll does not (those wait on
+    a process, and would hold the warm-up back for minutes)."""
+    runtimes: list[HeldRuntime] = []
+
+    def factory(context: Any) -> HeldRuntime:
+        runtimes.append(HeldRuntime(context))
+        return runtimes[-1]
+
+    core = AgentCore(p.context_from_config(config), runtime_factory=factory)
+    (runtime,) = runtimes
+    for method, counted in (("read_file", True), ("execute", False)):
+        runtime.started.clear()
+        runtime.go.clear()
+        request = core.parse({"jsonrpc": "2.0", "id": 1, "method": method})
+        worker = threading.Thread(target=core.handle, args=(request,))
+        worker.start()
+        assert runtime.started.wait(30)
+        assert core.activity.wait_quiet(timeout=0.2) is not counted, method
+        runtime.go.set()
+        worker.join(30)
+        assert core.activity.wait_quiet(timeout=30), method
 
 
 def test_commands_cannot_read_the_protocol_stream(raw: Raw, config: Any) -> None:

@@ -658,12 +658,13 @@ def test_a_ripgrep_crash_falls_back_to_the_python_engine() -> None:
         rg._checked(101, b"", b"thread '<unnamed>' panicked at crates/ignore/src/walk.rs:1167")
 
 
-def test_the_agents_search_warm_up_runs_ripgrep_on_nothing_of_the_users(
+def test_the_agents_search_warm_up_greps_nothing_of_the_users(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # An agent's warm-up thread runs ripgrep once on an empty directory of its own, so a
-    # fresh agent's first grep does not pay for the first start; it leaves nothing behind
-    # and never fails, whatever ripgrep it is given.
+    # An agent's warm-up thread runs one whole grep (ripgrep included) on a sample tree of
+    # its own, so a fresh agent's first grep does not pay for the first run of any step;
+    # it reads no user file, leaves nothing behind and never fails, whatever ripgrep it
+    # is given.
     import subprocess
     import tempfile
 
@@ -671,7 +672,12 @@ def test_the_agents_search_warm_up_runs_ripgrep_on_nothing_of_the_users(
 
     if RG is None:
         pytest.skip("ripgrep is not installed")
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "secret.py").write_text("def sample(): pass\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     ran: list[list[str]] = []
     real = subprocess.Popen
 
@@ -680,10 +686,11 @@ def test_the_agents_search_warm_up_runs_ripgrep_on_nothing_of_the_users(
         return real(args, *rest, **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", spy)
-    search.warm(RG)
-    ((argv),) = ran
-    assert argv[0] == RG and argv[-1].startswith(str(tmp_path / "sandkit-warm-"))
-    assert list(tmp_path.iterdir()) == []
-    search.warm(None)
-    search.warm(str(tmp_path / "no-such-rg"))
-    assert list(tmp_path.iterdir()) == []
+    for rg_path in (RG, None, str(tmp_path / "no-such-rg")):
+        ctx = Context(PathMapping([Mount(WORKSPACE, str(user))]), rg_path=rg_path)
+        result = search.warm(ctx)
+        ((match),) = result["matches"]
+        assert match["path"] == WORKSPACE + "/sample.py" and match["before"]
+        assert list(scratch.iterdir()) == []
+    ((argv),) = [args for args in ran if args[0] == RG]
+    assert argv[-1].startswith(str(scratch / "sandkit-warm-"))

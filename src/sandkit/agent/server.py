@@ -108,6 +108,7 @@ class AgentCore:
         self._operations = operations
         self._supervisor = supervisor
         self._streams: Dict[Any, Any] = {}
+        self.activity = Activity()
         self.context: Optional[Context] = None
         self._runtime: Any = None
         if context is not None:
@@ -142,8 +143,8 @@ class AgentCore:
         # wait for them; this loads the rest meanwhile (a first grep then costs what a
         # later one does, docs/benchmarks.md).
         threading.Thread(
-            target=_load_operations,
-            args=(context.rg_path,),
+            target=_warm_up,
+            args=(context, self.activity),
             name="sandkit-agent-warm",
             daemon=True,
         ).start()
@@ -217,6 +218,9 @@ class AgentCore:
         if request.notify:
             # Notifications get no answer, so nothing is run for them either.
             return None
+        counted = request.method not in p.SLOW_METHODS
+        if counted:
+            self.activity.enter()
         try:
             result = self._dispatch(request)
         except SandboxError as exc:
@@ -236,6 +240,9 @@ class AgentCore:
             )
         except Exception as exc:
             return self.internal_error(request, exc)
+        finally:
+            if counted:
+                self.activity.leave()
         return p.result_response(request.id, result)
 
     def is_stream(self, request: Request) -> bool:
@@ -370,21 +377,50 @@ class _NotInitialized(Exception):
     pass
 
 
-def _load_operations(rg_path: Optional[str]) -> None:
-    # What the stdio carrier's worker pools need, made at the first operation.
+class Activity:
+    """The operations in flight that a caller is waiting on (not commands or long polls:
+    those wait on a process, not on this interpreter). The warm-up thread steps aside while
+    there are any: a first grep that met it mid-step shared the interpreter with it and
+    took twice a warm one's time, and up to 130 ms (docs/benchmarks.md)."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._changed = threading.Condition()
+
+    def enter(self) -> None:
+        with self._changed:
+            self._count += 1
+
+    def leave(self) -> None:
+        with self._changed:
+            self._count -= 1
+            self._changed.notify_all()
+
+    def wait_quiet(self, timeout: Optional[float] = None) -> bool:
+        """Block until no operation is in flight; False if `timeout` passed first."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._count == 0, timeout)
+
+
+def _warm_up(context: Context, activity: Activity) -> None:
+    """Load what operations need, one step at a time and only while none is running: what
+    the stdio carrier's worker pools need (made at the first operation), the search (a
+    first grep pays for it the most: the Unicode tables, ripgrep's first run, the first
+    assembly and encoding of matches), then every other operation's module."""
     import concurrent.futures  # noqa: F401
 
-    # The search first (a first grep would pay for it the most: the Unicode tables,
-    # ripgrep's first run), then every other operation's module.
+    activity.wait_quiet()
     try:
         from ..runtime import search
 
-        search.warm(rg_path)
+        activity.wait_quiet()
+        p.dumps(p.result_response(0, p.encode_result("grep", search.warm(context))))
     except Exception as exc:
         log("warming up the search: %s" % exc)
     from ..runtime.operations import OPERATIONS
 
     for operation in OPERATIONS.values():
+        activity.wait_quiet()
         try:
             operation.function  # noqa: B018 - imports its module
         except Exception as exc:  # a broken module says so on its first call too

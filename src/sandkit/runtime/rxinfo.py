@@ -27,6 +27,7 @@ import importlib
 import json
 import re
 import sys
+import threading
 import unicodedata
 
 TYPE_CHECKING = False
@@ -125,6 +126,11 @@ TABLES_FILE = "unicode_tables.json"
 # As `py_char_node` writes them (sre parses a bare \w as a class holding the category).
 _COMMON_SETS = ("[\\w]", "[\\W]", "[\\d]", "[\\D]", "[\\s]", "[\\S]")
 _TABLES_LOADED = False
+# Held while the tables load: a search that came while another thread (the agent's warm-up)
+# was loading them found none yet and computed its set from all of Unicode (~0.1 s).
+# Reentrant: building this machine's cache (build_tables) comes back here.
+_TABLES_LOCK = threading.RLock()
+_TABLES_LOADING = False
 # The shipped parts not decoded yet, each its own JSON text: decoding all of them took a
 # first grep ~10 ms (84 KB), most of it sets the query does not use.
 _SHIPPED_ASCII: Dict[int, str] = {}
@@ -194,11 +200,22 @@ def _cached_tables() -> Optional[bytes]:
 
 
 def _load_tables() -> None:
-    """Seed the caches from the shipped tables (or this machine's cache), once."""
-    global _TABLES_LOADED
+    """Seed the caches from the shipped tables (or this machine's cache), once; a caller
+    that comes while another thread loads them waits for that."""
+    global _TABLES_LOADED, _TABLES_LOADING
     if _TABLES_LOADED:
         return
-    _TABLES_LOADED = True
+    with _TABLES_LOCK:
+        if _TABLES_LOADED or _TABLES_LOADING:
+            return  # loading: this thread, building the tables it could not read
+        _TABLES_LOADING = True
+        try:
+            _read_tables()
+        finally:
+            _TABLES_LOADED = True
+
+
+def _read_tables() -> None:
     raw = _shipped_file()
     try:
         data = json.loads(raw or _cached_tables() or b"null")

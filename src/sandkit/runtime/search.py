@@ -57,7 +57,8 @@ if TYPE_CHECKING:
 __all__ = ["find_rg", "glob", "grep"]
 
 OUTPUT_MODES = ("content", "files_with_matches", "count")
-WARM_RG_TIMEOUT_S = 10.0  # the warm-up's ripgrep run on an empty directory
+# The file of the warm-up's sample tree (warm): a few lines with matches.
+WARM_SAMPLE = "class Sample:\n    def sample(self):\n        return 1\n"
 
 
 def _timeout() -> SandboxError:
@@ -297,27 +298,31 @@ def grep(
     return result
 
 
-def warm(rg_path: Optional[str]) -> None:
+def warm(ctx: Context) -> Dict[str, Any]:
     """Take a first grep's one-time costs ahead of it (an agent's warm-up thread calls this
-    after `initialize`): the Unicode tables a default query uses, and one ripgrep run
-    through the same code, on an empty directory of its own (no user file is read), so
-    the binary is paged in and the spawn and read paths have run once."""
+    after `initialize`): the Unicode tables a default query uses, and one whole grep of a
+    sample tree of its own (a temporary directory; no user file is read) with the box's
+    limits and ripgrep, so the binary is paged in and every step of a search with matches
+    (resolve, translate, ripgrep's JSON, the line assembly) has run once. Returns that
+    result, for the caller to encode once too."""
     from . import rxinfo
 
     rxinfo.warm()
-    if not rg_path:
-        return
     import shutil
     import tempfile
 
-    empty = tempfile.mkdtemp(prefix="sandkit-warm-")
+    from .pathmap import Mount, PathMapping
+
+    sample = tempfile.mkdtemp(prefix="sandkit-warm-")
     try:
-        args = [*RG_BASE_ARGS, "--json", "--regexp=sandkit", "--", empty]
-        run_bounded(rg_path, args, WARM_RG_TIMEOUT_S, 1 << 16)
-    except (SandboxError, RgRegexError, RgUnusable):
-        pass  # the first real grep meets the same trouble and says so
+        with open(os.path.join(sample, "sample.py"), "w") as f:
+            f.write(WARM_SAMPLE)
+        private = Context(
+            PathMapping([Mount(WORKSPACE, sample)]), limits=ctx.limits, rg_path=ctx.rg_path
+        )
+        return grep(private, "def sample", WORKSPACE, before=1)
     finally:
-        shutil.rmtree(empty, ignore_errors=True)
+        shutil.rmtree(sample, ignore_errors=True)
 
 
 def _run(query: _Query) -> Tuple[List[Any], bool]:
