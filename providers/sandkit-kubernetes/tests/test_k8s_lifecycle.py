@@ -208,6 +208,40 @@ def test_an_exec_that_fails_without_a_status_is_retried_once(
     assert len(calls) == 1  # a refusal with a status is not retried
 
 
+# Waits for its stdin to end, saying nothing: an exec whose bootstrap never greets.
+SILENT = "import sys; sys.stdin.buffer.read()  # silent-boot"
+
+
+def test_an_exec_that_never_greets_is_started_again(
+    provider: KubernetesProvider, core: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seen under load: an exec opened and then no byte came until the handshake timeout.
+    # It is closed (its process ends at stdin EOF) and the bootstrap started once more.
+    # The silence is injected (the first exec runs a silent program); the rest is real.
+    import sandkit_kubernetes.provider as module
+
+    box = provider.acquire(key("no-greeting"))
+    old_pid = box.info()["pid"]
+    exec_in(core, box.pod_name, ["sh", "-c", f"kill -9 {old_pid}"])
+    real, calls = module.open_exec, []
+
+    def silent_first(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[4])
+        if len(calls) == 1:
+            args = (*args[:4], ["python3", "-c", SILENT], *args[5:])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "GREETING_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(module, "open_exec", silent_first)
+    assert box.info()["pid"] != old_pid  # a new agent, from the second exec
+    assert len(calls) == 2 and calls[0] == calls[1]
+    find = ["sh", "-c", "grep -l silent-boo[t] /proc/[0-9]*/cmdline 2>/dev/null | wc -l"]
+    deadline = time.monotonic() + 60
+    while exec_in(core, box.pod_name, find).strip() != "0":
+        assert time.monotonic() < deadline, "the silent exec's process outlived its stream"
+        time.sleep(0.5)
+
+
 def test_changed_settings_recreate_the_pod(make_provider: Factory, core: Any) -> None:
     k = key("respec")
     make_provider(termination_grace_s=1).acquire(k).write_file("x.txt", "x\n")

@@ -85,6 +85,7 @@ START_FAILURES = frozenset(
 EVENT_FAILURES = frozenset({"FailedMount", "FailedAttachVolume", "FailedCreatePodSandBox"})
 WATCH_SLICE_S = 3.0
 HANDSHAKE_TIMEOUT_S = 60.0
+GREETING_TIMEOUT_S = 20.0  # the first byte of a fresh exec (see _exec_boot)
 
 
 class KubernetesSandbox(BoxSandbox):
@@ -747,8 +748,29 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             self.options.http_port,
             payload.agent_sha256,
         )
+        # An exec that never greets (seen about once in 30 CI runs under load: no byte
+        # until the handshake timeout) is closed, which ends its BOOT at stdin EOF, and
+        # started once more; the second one gets the whole handshake timeout.
+        for greeting_timeout in (GREETING_TIMEOUT_S, HANDSHAKE_TIMEOUT_S):
+            stream = self._open_boot(box, name, argv)
+            try:
+                stream.settimeout(greeting_timeout)
+                greeting = stream.readline()
+                if greeting or stream.exit_detail() or greeting_timeout == HANDSHAKE_TIMEOUT_S:
+                    stream.settimeout(HANDSHAKE_TIMEOUT_S)
+                    stream.unread(greeting)
+                    bootstrap.install(stream, stream.readline, payload, f"pod {name}")
+                    break
+            except BaseException:
+                stream.close()
+                raise
+            log.warning("no greeting from the agent bootstrap in pod %s: starting it again", name)
+            stream.close()
+        return stream
+
+    def _open_boot(self, box: _Box, name: str, argv: list[str]) -> KubeExecStream:
         try:
-            stream = open_exec(
+            return open_exec(
                 self._exec_api(), self.options.namespace, name, CONTAINER, argv, self._timeout
             )
         except ExecOpenError as exc:
@@ -769,13 +791,6 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             raise
         except Exception as exc:  # the API server in trouble: the box is not known dead
             raise api_error(exc, f"starting the agent in pod {name}") from None
-        try:
-            stream.settimeout(HANDSHAKE_TIMEOUT_S)
-            bootstrap.install(stream, stream.readline, payload, f"pod {name}")
-        except BaseException:
-            stream.close()
-            raise
-        return stream
 
     # -- egress (egress.py) ------------------------------------------------------------------
 
