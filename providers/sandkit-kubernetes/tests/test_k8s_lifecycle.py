@@ -170,6 +170,15 @@ def test_a_dead_agent_is_replaced_transparently(provider: KubernetesProvider, co
     assert provider.acquire(key("agent-crash")) is box
 
 
+def box_without_agent(provider: KubernetesProvider, core: Any, name: str) -> tuple[Any, int]:
+    """A box whose agent was killed behind the provider's back, and the dead agent's pid:
+    its next call starts a new agent through a fresh exec."""
+    box = provider.acquire(key(name))
+    old_pid = box.info()["pid"]
+    exec_in(core, box.pod_name, ["sh", "-c", f"kill -9 {old_pid}"])
+    return box, old_pid
+
+
 def test_an_exec_that_fails_without_a_status_is_retried_once(
     provider: KubernetesProvider, core: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -179,9 +188,7 @@ def test_an_exec_that_fails_without_a_status_is_retried_once(
     import kubernetes.stream
     from kubernetes.client.exceptions import ApiException
 
-    box = provider.acquire(key("exec-retry"))
-    old_pid = box.info()["pid"]
-    exec_in(core, box.pod_name, ["sh", "-c", f"kill -9 {old_pid}"])
+    box, old_pid = box_without_agent(provider, core, "exec-retry")
     real, calls = kubernetes.stream.stream, []
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
@@ -220,9 +227,7 @@ def test_an_exec_that_never_greets_is_started_again(
     # The silence is injected (the first exec runs a silent program); the rest is real.
     import sandkit_kubernetes.provider as module
 
-    box = provider.acquire(key("no-greeting"))
-    old_pid = box.info()["pid"]
-    exec_in(core, box.pod_name, ["sh", "-c", f"kill -9 {old_pid}"])
+    box, old_pid = box_without_agent(provider, core, "no-greeting")
     real, calls = module.open_exec, []
 
     def silent_first(*args: Any, **kwargs: Any) -> Any:
