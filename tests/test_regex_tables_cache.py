@@ -67,19 +67,25 @@ print(rxinfo.ICASE in rxinfo._ASCII_TABLES, rxinfo._ALL is not None, "pkgutil" i
 """
 
 
+def fresh_python(script: str, path: str, cache: Path, *flags: str) -> list[str]:
+    """`script` in a fresh interpreter with `path` (a zipapp or a source tree) as its
+    argv[1], an empty cache and no other environment; the words it printed."""
+    env = {"PATH": os.environ.get("PATH", ""), "XDG_CACHE_HOME": str(cache)}
+    done = subprocess.run(
+        [sys.executable, *flags, "-c", script, path],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()
+
+
 def test_an_agent_decodes_the_shipped_tables_before_its_first_grep(tmp_path: Path) -> None:
     from sandkit.agent.build import agent_zipapp
 
     def warm(path: str, *flags: str) -> list[str]:
-        env = {"PATH": os.environ.get("PATH", ""), "XDG_CACHE_HOME": str(tmp_path)}
-        done = subprocess.run(
-            [sys.executable, *flags, "-c", WARM, path],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout.split()
+        return fresh_python(WARM, path, tmp_path, *flags)
 
     # From the zipapp: the shipped tables, decoded; nothing computed, no pkgutil (typing).
     assert warm(str(agent_zipapp()), "-I", "-S") == ["True", "False", "False"]
@@ -118,12 +124,4 @@ def test_a_grep_that_meets_the_tables_loading_waits_for_them(tmp_path: Path) -> 
     slowest first greps of the start bench)."""
     from sandkit.agent.build import agent_zipapp
 
-    env = {"PATH": os.environ.get("PATH", ""), "XDG_CACHE_HOME": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", RACE, str(agent_zipapp())],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert done.stdout.split() == ["False"]
+    assert fresh_python(RACE, str(agent_zipapp()), tmp_path, "-I", "-S") == ["False"]

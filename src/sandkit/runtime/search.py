@@ -32,7 +32,7 @@ from .globbing import (
     open_exact,
     walk,
 )
-from .pathmap import WORKSPACE, Resolved
+from .pathmap import WORKSPACE, Mount, PathMapping, Resolved
 from .rg import BASE_ARGS as RG_BASE_ARGS
 from .rg import (
     RgRegexError,
@@ -305,14 +305,12 @@ def warm(ctx: Context) -> Dict[str, Any]:
     limits and ripgrep, so the binary is paged in and every step of a search with matches
     (resolve, translate, ripgrep's JSON, the line assembly) has run once. Returns that
     result, for the caller to encode once too."""
-    from . import rxinfo
-
-    rxinfo.warm()
     import shutil
     import tempfile
 
-    from .pathmap import Mount, PathMapping
+    from . import rxinfo
 
+    rxinfo.warm()
     sample = tempfile.mkdtemp(prefix="sandkit-warm-")
     try:
         with open(os.path.join(sample, "sample.py"), "w") as f:

@@ -751,12 +751,12 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         # An exec that never greets (seen about once in 30 CI runs under load: no byte
         # until the handshake timeout) is closed, which ends its BOOT at stdin EOF, and
         # started once more; the second one gets the whole handshake timeout.
-        for greeting_timeout in (GREETING_TIMEOUT_S, HANDSHAKE_TIMEOUT_S):
+        for last in (False, True):
             stream = self._open_boot(box, name, argv)
             try:
-                stream.settimeout(greeting_timeout)
+                stream.settimeout(HANDSHAKE_TIMEOUT_S if last else GREETING_TIMEOUT_S)
                 greeting = stream.readline()
-                if greeting or stream.exit_detail() or greeting_timeout == HANDSHAKE_TIMEOUT_S:
+                if greeting or stream.exit_detail() or last:
                     stream.settimeout(HANDSHAKE_TIMEOUT_S)
                     stream.unread(greeting)
                     bootstrap.install(stream, stream.readline, payload, f"pod {name}")
