@@ -214,3 +214,55 @@ def test_end_of_input_ends_the_agent(raw: Raw, config: Any) -> None:
     raw.ask(1, "initialize", config)
     raw.stream.process.stdin.close()  # type: ignore[union-attr]
     assert raw.stream.process.wait(10) == 0
+
+
+FIRST_CALLS = """
+import json, sys, threading
+sys.path.insert(0, sys.argv[1])
+from sandkit.agent import protocol as p
+from sandkit.agent.server import AgentCore
+from sandkit.agent.stdio_carrier import StdioServer
+
+core = AgentCore(p.context_from_config(json.loads(sys.argv[2])))
+for thread in threading.enumerate():
+    if thread.name == "sandkit-agent-warm":
+        thread.join(120)
+before = set(sys.modules)
+server = StdioServer(core, None, None)  # its worker pools, as the first operation makes them
+for slow in (True, False):
+    server._pool(slow).submit(lambda: None).result()
+calls = [
+    ("execute", {"command": "echo hi"}),
+    ("read_file", {"path": "a.txt"}),
+    ("write_file", {"path": "b.txt", "content": "beta"}),
+    ("edit_file", {"path": "b.txt", "old": "beta", "new": "gamma"}),
+    ("list_dir", {"path": "."}),
+    ("glob", {"pattern": "*.txt"}),
+    ("grep", {"pattern": "alpha"}),
+]
+for method, params in calls:
+    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    answer = core.handle(core.parse(request))
+    assert "result" in answer, answer
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_after_the_warm_up_a_first_operation_loads_no_module(config: Any) -> None:
+    """Every module a box's first operations need is loaded by the agent's warm-up, also
+    the carrier's worker pools (`concurrent.futures` loads its ThreadPoolExecutor only when
+    first asked for it): a new thread's first command does not pay for imports."""
+    import subprocess
+    import sys
+
+    from sandkit.agent.build import agent_zipapp
+
+    config["execute_enabled"] = True
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", FIRST_CALLS, str(agent_zipapp()), json.dumps(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []

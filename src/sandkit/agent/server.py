@@ -407,7 +407,9 @@ def _warm_up(context: Context, activity: Activity) -> None:
     the stdio carrier's worker pools need (made at the first operation), the search (a
     first grep pays for it the most: the Unicode tables, ripgrep's first run, the first
     assembly and encoding of matches), then every other operation's module."""
-    import concurrent.futures  # noqa: F401
+    # The carrier's worker pools: `concurrent.futures` loads its ThreadPoolExecutor
+    # (and `queue`) lazily, on the first attribute access, so import that module itself.
+    import concurrent.futures.thread  # noqa: F401
 
     activity.wait_quiet()
     try:
