@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +14,7 @@ import pytest
 from sandkit_docker.provider import DockerProvider
 
 from sandkit import ErrorCode, SandboxError, SandboxKey
+from sandkit.boxkit.pool import CLAIM_QUIET_S
 
 pytestmark = pytest.mark.docker
 
@@ -32,7 +34,33 @@ def pooled(make_provider: Factory, size: int, **options: Any) -> DockerProvider:
 
 
 def pool_names(owned: Callable[[], list[Any]]) -> set[str]:
-    return {c.name for c in owned() if "-pool-" in c.name and c.status == "running"}
+    """The pool boxes still in the pool: running, their storage not claimed by a key (a
+    claimed box keeps its pool name and labels; its storage is the key's thread dir)."""
+    return {
+        c.name
+        for c in owned()
+        if "-pool-" in c.name and c.status == "running" and pool_storage(c).exists()
+    }
+
+
+def pool_storage(container: Any) -> Path:
+    for mount in container.attrs["Mounts"]:
+        if mount["Destination"] == "/mnt/user-data/workspace":
+            return Path(mount["Source"]).parent
+    raise AssertionError(f"{container.name} has no workspace mount")
+
+
+def boxes_of(owned: Callable[[], list[Any]], k: SandboxKey, data_root: Path) -> list[Any]:
+    """The containers that hold the key's thread dir: named for it, or the pool box whose
+    storage it is (found the way a provider finds it, by the storage label)."""
+    thread_dir = data_root / "users" / k.user_id / "threads" / k.thread_id / "user-data"
+    st = thread_dir.stat()
+    storage = f"{st.st_dev}:{st.st_ino}"
+    return [
+        c
+        for c in owned()
+        if c.name.endswith(k.sandbox_id) or c.labels.get("sandkit.pool.storage") == storage
+    ]
 
 
 def container_id(provider: DockerProvider, k: SandboxKey) -> str:
@@ -46,6 +74,7 @@ def test_a_new_thread_claims_a_fresh_pool_box(
 ) -> None:
     provider = pooled(make_provider, 2)
     before = pool_names(owned)
+    ready = {c.id for c in owned() if c.name in before}
     k = key("new")
     box = provider.acquire(k)
     assert box.sandbox_id == k.sandbox_id
@@ -57,6 +86,8 @@ def test_a_new_thread_claims_a_fresh_pool_box(
     host = data_root / "users" / k.user_id / "threads" / k.thread_id / "user-data"
     assert (host / "workspace" / "mine.txt").read_text() == "thread data"  # no copy: its dir
     assert len(before - pool_names(owned)) == 1, "one pool box became the key's"
+    assert [c.id for c in boxes_of(owned, k, data_root)] == [container_id(provider, k)]
+    assert container_id(provider, k) in ready
     assert provider.get(k) is box and provider.acquire(k) is box
 
 
@@ -93,14 +124,14 @@ def test_pool_boxes_never_serve_two_keys_and_keys_see_nothing_of_each_other(
 
 
 def test_parallel_acquires_of_one_new_key_claim_one_box(
-    make_provider: Factory, owned: Callable[[], list[Any]]
+    make_provider: Factory, owned: Callable[[], list[Any]], data_root: Path
 ) -> None:
     provider = pooled(make_provider, 3)
     k = key("same")
     with ThreadPoolExecutor(20) as workers:
         boxes = list(workers.map(lambda _: provider.acquire(k), range(20)))
     assert len({id(b) for b in boxes}) == 1
-    assert len([c for c in owned() if c.name.endswith(k.sandbox_id)]) == 1
+    assert len(boxes_of(owned, k, data_root)) == 1
 
 
 def test_two_replicas_never_claim_the_same_box(make_provider: Factory) -> None:
@@ -115,6 +146,47 @@ def test_two_replicas_never_claim_the_same_box(make_provider: Factory) -> None:
     for k, box in zip(keys, boxes, strict=True):
         box.write_file(f"{k.thread_id}.txt", "x")
         assert [e.name for e in box.list_dir().entries] == [f"{k.thread_id}.txt"]
+
+
+def test_a_claimed_box_is_the_keys_for_any_provider_of_its_owner(
+    make_provider: Factory, owned: Callable[[], list[Any]], data_root: Path
+) -> None:
+    """A claim changes nothing on the engine (no rename: they queue there), so another
+    replica, or this one restarted, finds the claimed box from the key's thread dir: it
+    adopts it instead of starting a second box on the same storage, and can destroy it."""
+    first = pooled(make_provider, 2)  # never shut down: a crashed instance
+    k = key("claimed")
+    first.acquire(k).write_file("kept.txt", "kept")
+    (claimed,) = boxes_of(owned, k, data_root)
+    other = make_provider()  # no pool of its own
+    box = other.acquire(k)
+    assert box.read_file("kept.txt").content == "kept"
+    assert [c.id for c in boxes_of(owned, k, data_root)] == [claimed.id], "adopted, not a new box"
+    assert box.execute("cat /mnt/user-data/workspace/kept.txt").stdout == "kept"
+    fresh = make_provider()
+    fresh.destroy(k)
+    assert claimed.id not in {c.id for c in owned()}
+    assert fresh.acquire(k).read_file("kept.txt").content == "kept"  # cold, with its data
+    assert boxes_of(owned, k, data_root)[0].id != claimed.id
+
+
+def test_the_refill_waits_for_claims_to_pause(make_provider: Factory) -> None:
+    """A box start takes the host's CPU for a few hundred ms: the pool starts the
+    replacement of a claimed box only once claims have paused (a burst of new threads
+    keeps the host to itself). Later is always allowed, sooner never."""
+    provider = pooled(make_provider, 2)
+    starts: list[float] = []
+    start = provider._pool_start
+
+    def recorded(slot: str, record: Any) -> None:
+        starts.append(time.monotonic())
+        start(slot, record)
+
+    provider._pool_start = recorded  # type: ignore[method-assign]
+    before = time.monotonic()
+    provider.acquire(key("burst")).execute("true")
+    assert provider._pool is not None and provider._pool.wait_ready(2, READY_S)
+    assert starts and min(starts) >= before + CLAIM_QUIET_S
 
 
 def test_a_restarted_provider_adopts_the_pool(

@@ -24,7 +24,13 @@ from .payload import (
     host_copy,
 )
 from .pool import Claim, WarmPoolOptions
-from .poolstorage import claim_storage, pool_layout, pool_root
+from .poolstorage import (
+    claim_storage,
+    pool_layout,
+    pool_root,
+    retire_storage,
+    storage_identity,
+)
 from .provider import BoxProvider, BoxRecord
 from .reaper import IdleReaper
 from .sandbox import BoxSandbox
@@ -57,6 +63,8 @@ __all__ = [
     "pool_layout",
     "pool_root",
     "prepare_host_dirs",
+    "retire_storage",
+    "storage_identity",
     "sweep",
     "with_retries",
 ]

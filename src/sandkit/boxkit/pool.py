@@ -9,9 +9,11 @@ through an atomic step of the platform (see the provider docs), so two replicas
 never claim the same box and a box never serves two keys. A key with data takes
 the cold path. The pool is refilled in the background; one that cannot be
 refilled (capacity, a missing image) logs why once and leaves new keys to the
-cold path, never failing a call. Pool boxes are found again after a restart
-(they are listed from the platform), count against `max_running` (the oldest is
-given up when a cold start needs its place) and are removed at `shutdown`.
+cold path, never failing a call. A box start waits for claims to pause
+(CLAIM_QUIET_S): a burst of new threads has the host to itself. Pool boxes are
+found again after a restart (they are listed from the platform), count against
+`max_running` (the oldest is given up when a cold start needs its place) and are
+removed at `shutdown`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ from .sandbox import BoxSandbox
 log = logging.getLogger("sandkit.boxkit")
 
 MAX_POOL_SIZE = 500
+# Starting a box takes a core for a few hundred ms (engine, runtime, the agent's start),
+# so the refill waits for claims to pause this long: a burst of new threads does not share
+# the host with the boxes that replace theirs. Never longer than REFILL_DEFER_MAX_S in all,
+# so a steady stream of claims still gets the pool refilled.
+CLAIM_QUIET_S = 0.5
+REFILL_DEFER_MAX_S = 5.0
 POOL_USER = "sandkit-pool"  # the pseudo user of a pool box's record (never a table key)
 
 
@@ -90,6 +98,7 @@ class WarmPool(Generic[R]):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._trouble: str | None = None  # the last reason the pool could not be filled
+        self._last_claim = -CLAIM_QUIET_S  # time.monotonic() of the last claim
 
     @property
     def size(self) -> int:
@@ -125,6 +134,7 @@ class WarmPool(Generic[R]):
                     return None
                 slot, entry = next(iter(self._ready.items()))
                 del self._ready[slot]
+                self._last_claim = time.monotonic()
             try:
                 outcome = self._host._pool_claim(slot, entry.record, key)
             except SandboxError as exc:
@@ -175,12 +185,24 @@ class WarmPool(Generic[R]):
                 break
             self._open(slot, start=False)
         while not self._stop.is_set() and self.ready_count() < self.size:
+            self._wait_for_a_pause_in_claims()
+            if self._stop.is_set():
+                return
             if not self._host._pool_room():
                 self._note("max_running is reached; new threads take the cold path")
                 return
             if not self._open(secrets.token_hex(6), start=True):
                 return
         self._note(None)
+
+    def _wait_for_a_pause_in_claims(self) -> None:
+        give_up = time.monotonic() + REFILL_DEFER_MAX_S
+        while not self._stop.is_set():
+            now = time.monotonic()
+            quiet = self._last_claim + CLAIM_QUIET_S
+            if now >= quiet or now >= give_up:
+                return
+            self._stop.wait(min(quiet, give_up) - now)
 
     def _open(self, slot: str, start: bool) -> bool:
         try:

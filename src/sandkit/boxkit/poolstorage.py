@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -33,6 +35,17 @@ def pool_root(settings: Settings, owner: str) -> Path:
 
 def pool_layout(settings: Settings, owner: str, slot: str) -> ThreadLayout:
     return ThreadLayout.at(settings, pool_key(slot), pool_root(settings, owner) / slot)
+
+
+def storage_identity(path: Path) -> str | None:
+    """Which directory `path` is (device and inode), or None if it is none: a claim moves a
+    pool box's storage without changing it, so a box labelled with its storage's identity
+    at its start is found again from the key's thread dir after the claim."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return f"{st.st_dev}:{st.st_ino}" if stat.S_ISDIR(st.st_mode) else None
 
 
 def claim_storage(settings: Settings, owner: str, slot: str, target: ThreadLayout) -> Claim:
@@ -55,6 +68,19 @@ def claim_storage(settings: Settings, owner: str, slot: str, target: ThreadLayou
     return Claim.CLAIMED
 
 
+def retire_storage(settings: Settings, owner: str, slot: str) -> bool:
+    """Before a pool box is removed: move its storage aside, out of reach of claims (True),
+    or find it gone (False): a key claimed it, and the box is that key's now, to be left
+    alone. The same atomic rename as a claim, so a removal and a claim never both win."""
+    slot_dir = pool_root(settings, owner) / slot
+    aside = slot_dir / f"retired-{os.urandom(4).hex()}"
+    try:
+        _rename_noreplace(pool_layout(settings, owner, slot).user_data_dir, aside)
+    except OSError:
+        return False
+    return True
+
+
 def _rename_noreplace(source: Path, destination: Path) -> None:
     """rename(2) that fails with EEXIST when `destination` exists (renameat2, Linux >= 3.15,
     glibc >= 2.28). Without it: a check, then a rename, which a rival could slip between."""
@@ -72,6 +98,7 @@ def _rename_noreplace(source: Path, destination: Path) -> None:
     os.rename(source, destination)
 
 
+@functools.cache
 def _renameat2() -> Callable[..., int] | None:
     try:
         function = ctypes.CDLL(None, use_errno=True).renameat2

@@ -38,6 +38,8 @@ from sandkit.boxkit import (
     pool_layout,
     pool_root,
     prepare_host_dirs,
+    retire_storage,
+    storage_identity,
 )
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
@@ -53,6 +55,7 @@ from .options import DockerOptions
 from .spec import (
     LABEL_OWNER,
     LABEL_POOL,
+    LABEL_POOL_STORAGE,
     LABEL_SANDBOX_ID,
     LABEL_SPEC,
     container_name,
@@ -154,17 +157,23 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         return True
 
     def _stop_box(self, box: _Box, remove: bool) -> None:
-        """Stop or remove the container (by name: ours or adopted)."""
-        name = container_name(self.options, box.key)
+        """Stop or remove the key's container: the claimed pool box it holds, or the one
+        the engine has for the key now (ours, adopted, or another replica's)."""
+        target, pooled = box.container_id, box.pooled
+        if not (pooled and target):
+            attrs = self._inspect(box.key)
+            target, pooled = (attrs["Id"], _pooled(attrs)) if attrs else (None, False)
         api = self.client.api
-        remove = remove or box.pooled
+        remove = remove or pooled  # a claimed pool box cannot start again: its storage moved
         net = self.net
         net_name = net.bound(box.key) or box.key.sandbox_id
         try:
-            if remove:
-                api.remove_container(name, force=True, v=True)
+            if target is None:
+                pass
+            elif remove:
+                api.remove_container(target, force=True, v=True)
             else:
-                api.stop(name, timeout=self.options.stop_timeout_s)
+                api.stop(target, timeout=self.options.stop_timeout_s)
         except docker.errors.NotFound:
             pass
         except docker.errors.APIError as exc:
@@ -255,10 +264,10 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         slots = []
         for container in found:
             tags = container.get("Labels") or {}
-            name = (container.get("Names") or ["/"])[0].lstrip("/")
             slot = tags.get(LABEL_POOL, "")
-            if name != pool_container_name(self.options, slot):
-                continue  # claimed: a key's box now
+            if not self._pool_layout(slot).user_data_dir.exists():
+                continue  # claimed: its storage is a key's thread dir now
+            name = (container.get("Names") or ["/"])[0].lstrip("/")
             if tags.get(LABEL_SPEC) == spec:
                 slots.append(slot)
             else:  # made with other settings: of no use to anyone
@@ -272,7 +281,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         prepare_host_dirs(layout, (options.uid, options.gid) if options.chown_thread_dirs else None)
         net_name = f"pool-{slot}"
         self._net_prepare(net_name, self.options.egress.enforced(self.options.egress.policy))
-        kwargs = self._create_kwargs(layout, net_name, slot)
+        kwargs = self._create_kwargs(layout, net_name, slot, storage_identity(layout.user_data_dir))
         try:
             self._ensure_network()
             attrs, _ = self._create(kwargs, layout.host_mapping().mask, check=False)
@@ -289,28 +298,21 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         attrs = self._inspect_name(pool_container_name(self.options, slot))
         if attrs is None or not _running(attrs) or not _pooled(attrs):
             return False
+        if not self._pool_layout(slot).user_data_dir.exists():
+            return False  # claimed meanwhile
         record.container_id = attrs["Id"]
         record.pooled = True
         return True
 
     def _pool_claim(self, slot: str, record: _Box, key: SandboxKey) -> Claim:
-        """Rename the box's storage to the key's thread dir (atomic on the host: one
-        replica wins a box, one box wins a key), then the box to the key's name."""
+        """Rename the box's storage to the key's thread dir: atomic on the host (one
+        replica wins a box, one box wins a key), and all a claim does: no engine call.
+        From then on the key's thread dir names the box (`_claimed_box`). A cold start
+        of the key elsewhere makes the thread dir before it looks for a box, so either
+        its mkdir comes first and the rename fails (TAKEN), or it finds this box."""
         moved = claim_storage(self.settings, self.owner, slot, self._layout(key))
         if moved is not Claim.CLAIMED:
             return moved
-        try:
-            self.client.api.rename(str(record.container_id), container_name(self.options, key))
-        except docker.errors.NotFound:
-            return Claim.GONE  # the (empty) storage stays the key's
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:
-                raise engine_error(exc, "claiming a pool box") from None
-            # The key got a box meanwhile (another replica's cold start): it uses the
-            # storage just moved there; this pool box is of no use any more (GONE: not
-            # back into the ready pool; the next claim finds the key's data: cold path).
-            self._remove_quietly(str(record.container_id))
-            return Claim.GONE
         net = self.net
         if net.enabled:  # the box keeps its network directories; the key's policy now
             net_name = f"pool-{slot}"
@@ -319,6 +321,9 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         return Claim.CLAIMED
 
     def _pool_remove(self, slot: str) -> None:
+        """Remove an unclaimed pool box (a claimed one keeps its pool name: see retire)."""
+        if not retire_storage(self.settings, self.owner, slot):
+            return  # claimed meanwhile (maybe by another replica): a key's box now
         with contextlib.suppress(docker.errors.NotFound):
             try:
                 self.client.api.remove_container(
@@ -334,27 +339,41 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
     # -- containers -----------------------------------------------------------------
 
     def _inspect(self, key: SandboxKey) -> dict[str, Any] | None:
+        """The key's container: by its name, else the pool box it claimed."""
         try:
-            attrs: dict[str, Any] = self.client.api.inspect_container(
-                container_name(self.options, key)
-            )
-        except docker.errors.NotFound:
-            return None
+            attrs = self._inspect_name(container_name(self.options, key))
+            return attrs if attrs is not None else self._claimed_box(key)
+        except SandboxError:
+            raise
         except Exception as exc:
             raise engine_error(exc, f"inspecting sandbox {key.sandbox_id}") from None
-        return attrs
+
+    def _claimed_box(self, key: SandboxKey) -> dict[str, Any] | None:
+        """The pool box whose storage is the key's thread dir now (one list call)."""
+        identity = storage_identity(self._layout(key).user_data_dir)
+        if identity is None:
+            return None
+        labels = [f"{LABEL_OWNER}={self.owner}", f"{LABEL_POOL_STORAGE}={identity}"]
+        for container in self.client.api.containers(all=True, filters={"label": labels}):
+            attrs = self._inspect_name(container["Id"])
+            if attrs is not None:
+                return attrs
+        return None
 
     def _adoptable(
         self, attrs: dict[str, Any], key: SandboxKey, spec: dict[str, Any] | None = None
     ) -> bool:
         """Ours, for this key, and created with the settings we would use now (a claimed
-        pool box is the key's by its name, which only a claim gives it)."""
+        pool box is the key's by its storage, which only a claim makes the key's; or by
+        its name, which claims of earlier versions gave it)."""
         labels = attrs.get("Config", {}).get("Labels") or {}
         if labels.get(LABEL_OWNER) != self.options.owner:
             return False
         if LABEL_POOL in labels:
+            storage = storage_identity(self._layout(key).user_data_dir)
             named = attrs.get("Name", "").lstrip("/") == container_name(self.options, key)
-            return named and labels.get(LABEL_SPEC) == self._pool_spec()
+            mine = named or (storage is not None and labels.get(LABEL_POOL_STORAGE) == storage)
+            return mine and labels.get(LABEL_SPEC) == self._pool_spec()
         if spec is None:
             spec = self._create_kwargs(self._layout(key), key.sandbox_id)
         return bool(
@@ -416,7 +435,11 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         self.net.bind(key, net_name)
 
     def _create_kwargs(
-        self, layout: ThreadLayout, net_name: str, pool_slot: str | None = None
+        self,
+        layout: ThreadLayout,
+        net_name: str,
+        pool_slot: str | None = None,
+        pool_storage: str | None = None,
     ) -> dict[str, Any]:
         net = self.net
         return create_kwargs(
@@ -424,6 +447,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             layout,
             self._payload_dir(),
             pool_slot,
+            pool_storage,
             net_mounts=net.mounts(net_name),
             net_dir=str(net.box_dir(net_name)),
         )
@@ -623,7 +647,9 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
     # -- carrier http -----------------------------------------------------------------
 
     def _agent_url(self, box: _Box) -> str:
-        attrs = self._inspect(box.key)  # fresh: a (re)started container has a new IP
+        # Fresh: a (re)started container has a new IP. A claimed pool box is the one it is.
+        held = box.container_id if box.pooled else None
+        attrs = self._inspect_name(held) if held else self._inspect(box.key)
         if attrs is None or not _running(attrs):
             box.dead = True
             raise SandboxError(

@@ -25,9 +25,12 @@ LABEL_USER = "sandkit.user"
 LABEL_THREAD = "sandkit.thread"
 LABEL_OWNER = "sandkit.owner"
 LABEL_SPEC = "sandkit.spec"
-# A warm pool box: its slot. Kept when the box is claimed (labels cannot change), so a
-# claimed box is known by its name (the key's) and this label.
+# A warm pool box: its slot, and which directory its storage is (boxkit's
+# storage_identity). A claim moves the storage to the key's thread dir and changes nothing
+# on the engine (labels cannot change, a rename queues in the engine): a claimed box keeps
+# its pool name and is found from the key's thread dir by the storage label.
 LABEL_POOL = "sandkit.pool"
+LABEL_POOL_STORAGE = "sandkit.pool.storage"
 
 
 def container_name(options: DockerOptions, key: SandboxKey) -> str:
@@ -48,11 +51,13 @@ def create_kwargs(
     layout: ThreadLayout,
     payload_dir: str,
     pool_slot: str | None = None,
+    pool_storage: str | None = None,
     net_mounts: list[DockerMount] | None = None,
     net_dir: str | None = None,
 ) -> dict[str, Any]:
     """Everything `client.containers.create` needs for `layout.key` (or, with `pool_slot`,
-    for a warm pool box whose storage `layout` describes); `net_mounts` are its network
+    for a warm pool box whose storage `layout` describes, `pool_storage` its identity);
+    `net_mounts` are its network
     directories (egress, ingress) below `net_dir` (network.py)."""
     key = layout.key
     mounts = [
@@ -108,7 +113,7 @@ def create_kwargs(
         }
         name = container_name(options, key)
     else:
-        identity = {LABEL_POOL: pool_slot}
+        identity = {LABEL_POOL: pool_slot, LABEL_POOL_STORAGE: pool_storage or ""}
         name = pool_container_name(options, pool_slot)
     labels = {**options.labels, **identity, LABEL_OWNER: options.owner, LABEL_SPEC: spec_hash}
     return {
