@@ -22,7 +22,7 @@ a namespace of its own, deleted at the end):
   -> one exec of `true`, interleaved; the provider's steps of a cold acquire.
 
 Targets (issue 14), exit code 1 if one is missed: warm claim -> first command p50 <= 30 ms
-(Docker), <= 60 ms (Kubernetes); burst p99 <= 150 ms; Docker cold <= 1.1x bare (p50);
+(Docker), <= 60 ms (Kubernetes); burst acquire p99 <= 150 ms; Docker cold <= 1.1x bare (p50);
 Kubernetes cold <= 1.2 s; first grep <= 1.5x the warm one (p50).
 """
 
@@ -70,7 +70,14 @@ GREPS = [
     ("def __init__", {}, "return self"),
     (r"def \w+\(self", {"case_sensitive": True}, r"class \w+\("),
 ]
-ENGINE_CALLS = ("create_container", "start", "inspect_container", "exec_create", "exec_start")
+ENGINE_CALLS = (
+    "create_container",
+    "start",
+    "inspect_container",
+    "containers",
+    "exec_create",
+    "exec_start",
+)
 
 
 def say(message: str) -> None:
@@ -490,8 +497,10 @@ def targets(r: dict[str, Any]) -> list[tuple[str, float, float, str]]:
     if "pool" in d:
         p = d["pool"]
         add("Docker warm claim -> first command p50", p["seq_first_command"]["p50"] * 1e3, 30, "ms")
-        burst = p["burst_first_command"]["p99"] * 1e3
-        add(f"Docker burst of {p['pool_size']}: claim -> first command p99", burst, 150, "ms")
+        # The issue's "p99 for a burst of 50 acquires": acquire returns a box that has
+        # answered (its channel open); -> first command is in the table beside it.
+        burst = p["burst_acquire"]["p99"] * 1e3
+        add(f"Docker burst of {p['pool_size']}: acquire p99", burst, 150, "ms")
     if "cold" in d:
         c = d["cold"]
         ratio = c["sandkit_first_command"]["p50"] / c["bare"]["p50"]
