@@ -157,22 +157,24 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         return True
 
     def _stop_box(self, box: _Box, remove: bool) -> None:
-        """Stop or remove the key's container: the claimed pool box it holds, or the one
-        the engine has for the key now (ours, adopted, or another replica's)."""
-        target, pooled = box.container_id, box.pooled
-        if not (pooled and target):
+        """Stop or remove the key's container: the claimed pool box it holds, else the one
+        with the key's name (ours, adopted or another replica's); for a record that holds
+        none, whichever the engine has for the key."""
+        target: str | None = container_name(self.options, box.key)
+        pooled = box.pooled
+        if box.container_id is None:
             attrs = self._inspect(box.key)
             target, pooled = (attrs["Id"], _pooled(attrs)) if attrs else (None, False)
+        elif pooled:
+            target = box.container_id
         api = self.client.api
         remove = remove or pooled  # a claimed pool box cannot start again: its storage moved
         net = self.net
         net_name = net.bound(box.key) or box.key.sandbox_id
         try:
-            if target is None:
-                pass
-            elif remove:
+            if target is not None and remove:
                 api.remove_container(target, force=True, v=True)
-            else:
+            elif target is not None:
                 api.stop(target, timeout=self.options.stop_timeout_s)
         except docker.errors.NotFound:
             pass

@@ -57,8 +57,7 @@ def create_kwargs(
 ) -> dict[str, Any]:
     """Everything `client.containers.create` needs for `layout.key` (or, with `pool_slot`,
     for a warm pool box whose storage `layout` describes, `pool_storage` its identity);
-    `net_mounts` are its network
-    directories (egress, ingress) below `net_dir` (network.py)."""
+    `net_mounts` are its network directories (egress, ingress) below `net_dir`."""
     key = layout.key
     mounts = [
         DockerMount(target=m.virtual, source=m.real, type="bind", read_only=m.read_only)
