@@ -98,6 +98,7 @@ LABEL_ID = "e2b.sandbox-id"
 LABEL_TEMPLATE = "e2b.template"
 LABEL_ON_TIMEOUT = "e2b.on-timeout"
 META_PREFIX = "e2b.meta."
+PAUSE_WAITS_FOR_EXECS_S = 5.0  # see Cloud._let_starting_execs_start
 DEFAULT_TIMEOUT_S = 300
 USERS = {"user": ("user", "/home/user"), "root": ("root", "/root")}
 _HEADER = struct.Struct(">BxxxL")
@@ -373,9 +374,32 @@ class Cloud:
                 return False
             record = self._records[sandbox_id]
             self.end_processes(record)
+            self._let_starting_execs_start(record.container_id)
             self.client.api.pause(record.container_id)
             record.state = "paused"
             return True
+
+    def _let_starting_execs_start(self, container_id: str) -> None:
+        """Before a freeze: an exec whose process is being set up when the container is
+        frozen never finishes starting (runc's init joins the frozen cgroup, cgroup v1)
+        and the engine then hangs on the container for good. Execs of the stand-in's own
+        calls run outside the lock, so a pause lets those created and not started yet
+        start first (bounded: one that is never started is frozen as it is)."""
+        api = self.client.api
+        deadline = time.monotonic() + PAUSE_WAITS_FOR_EXECS_S
+        while time.monotonic() < deadline:
+            starting = False
+            for exec_id in api.inspect_container(container_id).get("ExecIDs") or []:
+                try:
+                    info = api.exec_inspect(exec_id)
+                except Exception:  # ended and gone meanwhile
+                    continue
+                if not info.get("Running") and not info.get("Pid") and info.get("ExitCode") is None:
+                    starting = True
+                    break
+            if not starting:
+                return
+            time.sleep(0.01)
 
     def do_kill(self, sandbox_id: str) -> bool:
         with self._lock:
