@@ -14,6 +14,7 @@ import pytest
 from sandkit_docker.provider import DockerProvider
 
 from sandkit import ErrorCode, SandboxError, SandboxKey
+from sandkit.boxkit import storage_identity
 from sandkit.boxkit.pool import CLAIM_QUIET_S
 
 pytestmark = pytest.mark.docker
@@ -54,8 +55,8 @@ def boxes_of(owned: Callable[[], list[Any]], k: SandboxKey, data_root: Path) -> 
     """The containers that hold the key's thread dir: named for it, or the pool box whose
     storage it is (found the way a provider finds it, by the storage label)."""
     thread_dir = data_root / "users" / k.user_id / "threads" / k.thread_id / "user-data"
-    st = thread_dir.stat()
-    storage = f"{st.st_dev}:{st.st_ino}"
+    storage = storage_identity(thread_dir)
+    assert storage is not None
     return [
         c
         for c in owned()

@@ -267,8 +267,8 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         for container in found:
             tags = container.get("Labels") or {}
             slot = tags.get(LABEL_POOL, "")
-            if not self._pool_layout(slot).user_data_dir.exists():
-                continue  # claimed: its storage is a key's thread dir now
+            if not self._unclaimed(slot):
+                continue
             name = (container.get("Names") or ["/"])[0].lstrip("/")
             if tags.get(LABEL_SPEC) == spec:
                 slots.append(slot)
@@ -300,11 +300,15 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         attrs = self._inspect_name(pool_container_name(self.options, slot))
         if attrs is None or not _running(attrs) or not _pooled(attrs):
             return False
-        if not self._pool_layout(slot).user_data_dir.exists():
-            return False  # claimed meanwhile
+        if not self._unclaimed(slot):
+            return False
         record.container_id = attrs["Id"]
         record.pooled = True
         return True
+
+    def _unclaimed(self, slot: str) -> bool:
+        """A claim moves the storage away; the box keeps its pool name and labels."""
+        return self._pool_layout(slot).user_data_dir.exists()
 
     def _pool_claim(self, slot: str, record: _Box, key: SandboxKey) -> Claim:
         """Rename the box's storage to the key's thread dir: atomic on the host (one
@@ -372,9 +376,10 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         if labels.get(LABEL_OWNER) != self.options.owner:
             return False
         if LABEL_POOL in labels:
-            storage = storage_identity(self._layout(key).user_data_dir)
-            named = attrs.get("Name", "").lstrip("/") == container_name(self.options, key)
-            mine = named or (storage is not None and labels.get(LABEL_POOL_STORAGE) == storage)
+            mine = attrs.get("Name", "").lstrip("/") == container_name(self.options, key)
+            if not mine:
+                storage = storage_identity(self._layout(key).user_data_dir)
+                mine = storage is not None and labels.get(LABEL_POOL_STORAGE) == storage
             return mine and labels.get(LABEL_SPEC) == self._pool_spec()
         if spec is None:
             spec = self._create_kwargs(self._layout(key), key.sandbox_id)
