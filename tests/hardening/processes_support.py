@@ -28,8 +28,11 @@ from .targets import GVISOR_KINDS, NAMESPACE, Target, pod_processes
 # delete, a zombie's reaper). Polled: a quiet machine waits milliseconds.
 GONE_S = 60.0
 
-# Lists the box's live processes whose argv holds the marker (argv[1], hex): "pid argv".
-SCAN = """\
+# Lists the box's live processes whose argv holds the marker (argv[1], hex): "pid argv",
+# then SCAN_END: an output without it was cut short on its way out (the engine's exec
+# stream), which must not read as "no such process".
+SCAN_END = "#scan-complete"
+SCAN = f"""\
 import os, sys
 want = bytes.fromhex(sys.argv[1])
 me = os.getpid()
@@ -45,7 +48,9 @@ for name in os.listdir("/proc"):
         continue
     if want in argv and state != b"Z":
         print(name, argv.replace(b"\\0", b" ").decode("utf-8", "replace")[:160])
+print("{SCAN_END}")
 """
+SCAN_TRIES = 5
 
 
 def host_marked(marker: str, proc: str = "/proc") -> list[str]:
@@ -110,26 +115,60 @@ def box_marked(target: Target, key: SandboxKey, marker: str) -> list[str]:
         for pod in _pods(key):
             if pod.status.phase != "Running" or pod.metadata.deletion_timestamp:
                 continue
-            out = stream(
-                core.connect_get_namespaced_pod_exec,
-                pod.metadata.name,
-                NAMESPACE,
-                container="sandbox",
-                command=argv,
-                stderr=False,
-                stdin=False,
-                stdout=True,
-                tty=False,
-                _request_timeout=60,
+            name = pod.metadata.name
+            found.extend(
+                _complete_scan(
+                    name,
+                    lambda n=name: str(
+                        stream(
+                            core.connect_get_namespaced_pod_exec,
+                            n,
+                            NAMESPACE,
+                            container="sandbox",
+                            command=argv,
+                            stderr=False,
+                            stdin=False,
+                            stdout=True,
+                            tty=False,
+                            _request_timeout=60,
+                        )
+                    ),
+                )
             )
-            found.extend(line for line in str(out).splitlines() if line.strip())
         return found
     for container in _containers(target, key):
-        result = container.exec_run(argv, stdout=True, stderr=False)
-        assert result.exit_code == 0, f"scan in {container.name}: {result}"
-        text = result.output.decode("utf-8", "replace")
-        found.extend(line for line in text.splitlines() if line.strip())
+        found.extend(_complete_scan(container.name, lambda c=container: _docker_scan(c, argv)))
     return found
+
+
+def _docker_scan(container: Any, argv: list[str]) -> str:
+    result = container.exec_run(argv, stdout=True, stderr=False)
+    assert result.exit_code == 0, f"scan in {container.name}: {result}"
+    return str(result.output.decode("utf-8", "replace"))
+
+
+def _complete_scan(where: str, scan: Callable[[], str]) -> list[str]:
+    """SCAN's lines from one box; again when its output came back cut short."""
+    for _ in range(SCAN_TRIES):
+        lines = scan().splitlines()
+        if lines and lines[-1] == SCAN_END:
+            return [line for line in lines[:-1] if line.strip()]
+    raise AssertionError(f"the scan's output in {where} was cut short {SCAN_TRIES} times")
+
+
+def box_state(target: Target, key: SandboxKey) -> str:
+    """What the platform says of the key's box (for a failure's message)."""
+    if target.kind == "local":
+        return "local: no box"
+    if target.kind.startswith("kubernetes"):
+        return "; ".join(
+            f"{p.metadata.name}: {p.status.phase} {p.status.reason}" for p in _pods(key)
+        )
+    shown = [
+        "{Status} exit {ExitCode} oom {OOMKilled} error {Error!r}".format_map(c.attrs["State"])
+        for c in _containers(target, key, all_states=True)
+    ]
+    return "; ".join(shown) or "no container"
 
 
 def box_ids(target: Target, key: SandboxKey) -> list[str]:

@@ -46,6 +46,7 @@ from .processes_support import (
     GONE_S,
     box_ids,
     box_marked,
+    box_state,
     host_marked,
     host_sees_boxes,
     host_tasks_of,
@@ -631,7 +632,9 @@ def test_release_and_shutdown_end_everything(
     else:  # a box that kept its memory (E2B pause) keeps the record: ended
         assert not seen.running, seen
     assert again.execute("echo back").stdout == "back\n"
-    assert box_marked(target, shut, marks[shut]), "the other box's processes went too"
+    assert box_marked(target, shut, marks[shut]), (
+        f"the other box's processes went too; its box: {box_state(target, shut)}"
+    )
 
     ids = [i for key in (released, shut) for i in box_ids(target, key)]
     _, shut_in = timed(provider.shutdown)
