@@ -107,44 +107,48 @@ def box_marked(target: Target, key: SandboxKey, marker: str) -> list[str]:
         return host_marked(marker)
     argv = ["python3", "-I", "-S", "-c", SCAN, marker.encode().hex()]
     found: list[str] = []
+    for where, run in in_box(target, key):
+        found.extend(_complete_scan(where, lambda run=run: run(argv)))
+    return found
+
+
+def in_box(target: Target, key: SandboxKey) -> list[tuple[str, Callable[[list[str]], str]]]:
+    """For each running box of the key (pod, container): its name and a function that runs
+    argv in it as the box's user, through the platform's own door, and returns stdout."""
     if target.kind.startswith("kubernetes"):
         from k8s_support import require_cluster
         from kubernetes.stream import stream
 
         _, core = require_cluster()
-        for pod in _pods(key):
-            if pod.status.phase != "Running" or pod.metadata.deletion_timestamp:
-                continue
-            name = pod.metadata.name
-            found.extend(
-                _complete_scan(
+
+        def pod_exec(name: str, argv: list[str]) -> str:
+            return str(
+                stream(
+                    core.connect_get_namespaced_pod_exec,
                     name,
-                    lambda n=name: str(
-                        stream(
-                            core.connect_get_namespaced_pod_exec,
-                            n,
-                            NAMESPACE,
-                            container="sandbox",
-                            command=argv,
-                            stderr=False,
-                            stdin=False,
-                            stdout=True,
-                            tty=False,
-                            _request_timeout=60,
-                        )
-                    ),
+                    NAMESPACE,
+                    container="sandbox",
+                    command=argv,
+                    stderr=False,
+                    stdin=False,
+                    stdout=True,
+                    tty=False,
+                    _request_timeout=60,
                 )
             )
-        return found
-    for container in _containers(target, key):
-        found.extend(_complete_scan(container.name, lambda c=container: _docker_scan(c, argv)))
-    return found
 
+        return [
+            (pod.metadata.name, lambda argv, n=pod.metadata.name: pod_exec(n, argv))
+            for pod in _pods(key)
+            if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp
+        ]
 
-def _docker_scan(container: Any, argv: list[str]) -> str:
-    result = container.exec_run(argv, stdout=True, stderr=False)
-    assert result.exit_code == 0, f"scan in {container.name}: {result}"
-    return str(result.output.decode("utf-8", "replace"))
+    def docker_exec(container: Any, argv: list[str]) -> str:
+        result = container.exec_run(argv, stdout=True, stderr=False)
+        assert result.exit_code == 0, f"{argv[:3]} in {container.name}: {result}"
+        return str(result.output.decode("utf-8", "replace"))
+
+    return [(c.name, lambda argv, c=c: docker_exec(c, argv)) for c in _containers(target, key)]
 
 
 def _complete_scan(where: str, scan: Callable[[], str]) -> list[str]:

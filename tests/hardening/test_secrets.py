@@ -42,6 +42,7 @@ import pytest
 import yaml
 
 from sandkit import SandboxError, SandboxKey
+from sandkit.boxkit import BoxProvider
 from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxProvider
 from sandkit.remote import RemoteSandbox
@@ -49,6 +50,7 @@ from sandkit.runtime.capture import REDACTED
 from sandkit.sandbox import Sandbox
 
 from .figures import Figures
+from .processes_support import in_box
 from .targets import SECRET, Target
 
 WORKSPACE = "/mnt/user-data/workspace"
@@ -496,3 +498,54 @@ def test_a_command_cannot_read_the_agents_memory(
     assert result.exit_code == 0, result
     tally.check("FOUND" in result.stdout, f"agent memory readable: {result.stdout.strip()}")
     assert result.stdout.startswith("refused"), result.stdout
+
+
+# Run in the box as its user while the agent sleeps: waits until the agent's pid is the
+# dormant waiter, then tries to open its protocol pipe (stdin), which is where the next
+# `initialize` (with the secrets) arrives. "refused" once the waiter has made itself
+# non-dumpable; only the interpreter's own start comes before that, so a waiter that
+# stays open for the whole bound never does.
+OPEN_DORMANT_STDIN = """
+import os, sys, time
+pid, bound = sys.argv[1], float(sys.argv[2])
+end = time.monotonic() + bound
+while b"--dormant" not in open("/proc/%s/cmdline" % pid, "rb").read():
+    if time.monotonic() > end:
+        print("never dormant")
+        sys.exit(0)
+    time.sleep(0.01)
+while True:
+    try:
+        os.close(os.open("/proc/%s/fd/0" % pid, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        print("refused", type(exc).__name__)
+        sys.exit(0)
+    if time.monotonic() > end:
+        print("OPENED")
+        sys.exit(0)
+    time.sleep(0.01)
+"""
+DORMANT_BOUND_S = 30.0  # only a waiter that never turns private waits it out
+
+
+@pytest.mark.parametrize("target", ["docker", "kubernetes"], indirect=True)
+def test_a_command_cannot_open_a_sleeping_agents_channel(
+    target: Target, make_provider: Callable[..., SandboxProvider], tally: Tally
+) -> None:
+    """A sleeping agent is a small waiter on the protocol pipes until the next call, whose
+    first frame is `initialize` with the secrets: a command of the box must not be able
+    to open those pipes (the same protection as the agent's memory)."""
+    provider = make_provider(options={"agent_sleep": "dormant", "agent_sleep_s": 0})
+    key = SandboxKey("secrets", f"dormant-{uuid.uuid4().hex[:8]}")
+    sandbox = provider.acquire(key)
+    sandbox.execute("true")
+    pid = sandbox.info().get("pid") if isinstance(sandbox, RemoteSandbox) else None
+    assert isinstance(pid, int), "the agent reports its pid"
+    assert isinstance(provider, BoxProvider)
+    assert provider.sleep_idle_agents(1e-6) == 1, "the agent did not go to sleep"
+    probe = ["python3", "-I", "-c", OPEN_DORMANT_STDIN, str(pid), str(DORMANT_BOUND_S)]
+    ((_, run),) = in_box(target, key)
+    seen = run(probe).strip()
+    tally.check(seen == "OPENED", f"a sleeping agent's stdin opens: {seen}")
+    assert seen.startswith("refused"), seen
+    assert sandbox.execute("echo awake").stdout == "awake\n"  # the next call wakes it

@@ -24,21 +24,22 @@ EXIT_BAD_CONFIG = 4
 TOKEN_ENV = "SANDKIT_AGENT_TOKEN"
 
 
-PR_SET_DUMPABLE = 4  # linux/prctl.h
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    if args[:1] == ["--dormant"]:
-        # A sleeping agent (agent/dormant.py): nothing else may load before it waits.
-        from .dormant import wait_then_wake
-
-        return wait_then_wake(args[1:])
     if args[:1] == ["--net"]:
         # The network programs (egress proxy, in-box relays): sandkit/net/cli.py.
         from ..net.cli import main as net_main
 
         return net_main(args[1:])
+    # First of all: the channel may carry the secrets at any moment (agent/private.py).
+    from .private import keep_memory_private
+
+    keep_memory_private()
+    if args[:1] == ["--dormant"]:
+        # A sleeping agent (agent/dormant.py): nothing else may load before it waits.
+        from .dormant import wait_then_wake
+
+        return wait_then_wake(args[1:])
     from .preflight import error_frame, missing_module, problem
 
     trouble = problem(http="--http" in args)
@@ -60,21 +61,6 @@ def main(argv: list[str] | None = None) -> int:
             os.write(1, error_frame(trouble))
         return EXIT_MISSING_STDLIB
     return _run(args)
-
-
-def _keep_memory_private() -> None:
-    """Commands run as the agent's user: without this they could read its memory.
-
-    /proc/<agent>/mem and environ would hand a hostile command the configured
-    secrets and the HTTP token. A non-dumpable process's /proc files belong to
-    root; commands get a dumpable process again at their own execve.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (ImportError, OSError, AttributeError):  # no ctypes, no libc, no prctl
-        pass
 
 
 class _Options:
@@ -194,8 +180,6 @@ def _usage_error(message: str) -> NoReturn:
 
 
 def _run(args: list[str]) -> int:
-    _keep_memory_private()
-
     options = _parse(args)
     if options.workers < 1:
         _usage_error("--workers must be >= 1")

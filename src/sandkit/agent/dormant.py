@@ -3,8 +3,9 @@
 An idle box's agent costs the host ~12 MiB of private memory (the runtime's modules,
 caches, thread stacks). When its client sends `sleep` and nothing is running, the agent
 execs `agent.pyz --dormant <its own arguments>` on the protocol pipes: a bare
-interpreter (`-I -S`, only `select` imported, ~2.5 MiB) that waits until the pipe has a
-frame and then execs a fresh agent with the original arguments. The pid stays (a
+interpreter (`-I -S`, ~3 MiB: `ctypes` to turn non-dumpable first, agent/private.py,
+then `select`) that waits until the pipe has a frame and then execs a fresh agent with
+the original arguments. The pid stays (a
 provider's liveness probe still sees its agent), nothing of the old agent's state
 survives (secrets included), and the client sends `initialize` before its next frame.
 A hang-up while dormant ends the process, as EOF ends an agent.
