@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -660,3 +661,56 @@ def test_local_provider_bounds_each_sandbox_and_release_ends_everything(tmp_path
     quiet.acquire(key)
     assert quiet._bounds == {}
     quiet.shutdown()
+
+
+class _Collected:
+    """A sink that keeps every byte it is fed."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self.data += data
+
+
+def _pipes_of(code: str) -> tuple[subprocess.Popen[bytes], process.Pipes, _Collected, _Collected]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = _Collected(), _Collected()
+    return proc, process.Pipes(proc, out, err), out, err
+
+
+def test_a_late_pump_still_reads_what_the_pipes_hold() -> None:
+    """A thread that gets the CPU (or the GIL) only after the drain's deadline must still
+    read what was written in time: a load test (50 threads in one process) lost the
+    output of a `wc -c` that exited 0 this way."""
+    proc, pipes, out, err = _pipes_of(
+        "import sys; sys.stdout.write('x' * 60000); sys.stderr.write('err')"
+    )
+    try:
+        proc.wait()  # all written (less than a pipe holds), the writer gone
+        pipes.pump(time.monotonic() - 1.0, lambda: False)  # its deadline long past
+    finally:
+        pipes.close()
+        for stream in (proc.stdout, proc.stderr):
+            assert stream is not None
+            stream.close()
+    assert bytes(out.data) == b"x" * 60000 and bytes(err.data) == b"err"
+
+
+def test_a_late_pump_does_not_follow_a_writer_that_never_stops() -> None:
+    proc, pipes, out, _ = _pipes_of("import sys\nwhile True: sys.stdout.write('y' * 65536)")
+    try:
+        assert proc.stdout is not None
+        assert select.select([proc.stdout], [], [], 60.0)[0], "the writer never wrote"
+        pipes.pump(time.monotonic() - 1.0, lambda: False)  # returns: bounded by bytes
+        assert 0 < len(out.data) <= process._LATE_BYTES + (1 << 16)
+        assert proc.poll() is None, "the writer still writes"
+    finally:
+        proc.kill()
+        proc.wait()
+        pipes.close()
+        for stream in (proc.stdout, proc.stderr):
+            assert stream is not None
+            stream.close()

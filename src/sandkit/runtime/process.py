@@ -42,6 +42,10 @@ TERM_GRACE_S = 1.0  # between SIGTERM and SIGKILL of the group on timeout
 DRAIN_AFTER_EXIT_S = 0.2  # how long pipes held by a process that left the group are read
 _POLL_S = 0.05
 _CHUNK = 1 << 16
+# Past its deadline a pump still reads what the pipes hold, up to this much: both pipes
+# at their largest capacity (fs.pipe-max-size, 1 MiB by default), so a writer that keeps
+# writing cannot keep it reading.
+_LATE_BYTES = 2 << 20
 
 
 if TYPE_CHECKING:
@@ -153,19 +157,25 @@ class Pipes:
     def pump(self, until: float, stop: Callable[[], bool]) -> None:
         """Read until both pipes hit EOF, `until` passes or `stop()` says so.
 
-        `stop` is asked when the child exits and at most every _POLL_S
-        otherwise, so it may cost a few syscalls.
+        `until` ends the waiting, not the reading: what the pipes already hold
+        is read even when this thread gets the CPU (or the GIL) only after
+        `until` (a loaded machine, 50 threads in one process), up to
+        _LATE_BYTES. `stop` is asked when the child exits and at most every
+        _POLL_S otherwise, so it may cost a few syscalls.
         """
         next_check = 0.0
+        late = 0
         while self.open:
             now = time.monotonic()
-            if now >= until:
-                return
             if now >= next_check:
                 if stop():
                     return
                 next_check = now + _POLL_S
-            for key, _ in self._selector.select(min(until - now, _POLL_S)):
+            past = now >= until
+            events = self._selector.select(0 if past else min(until - now, _POLL_S))
+            if past and (late >= _LATE_BYTES or not events):
+                return
+            for key, _ in events:
                 if key.data is None:  # the pidfd (the child exited) or a cancel
                     self._selector.unregister(key.fd)
                     next_check = 0.0
@@ -176,6 +186,7 @@ class Pipes:
                     continue
                 if data:
                     key.data.feed(data)
+                    late += len(data) if past else 0
                 else:
                     self._selector.unregister(key.fd)
                     self._pipes -= 1
