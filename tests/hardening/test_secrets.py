@@ -133,6 +133,13 @@ def tally(request: pytest.FixtureRequest, target: Target, figures: Figures) -> I
     )
 
 
+def _agent_pid(sandbox: Sandbox) -> int:
+    """The pid of the box's agent, as the agent reports it (box kinds only)."""
+    pid = sandbox.info().get("pid") if isinstance(sandbox, RemoteSandbox) else None
+    assert isinstance(pid, int), "the agent reports its pid"
+    return pid
+
+
 def _python(code: str) -> str:
     """A command running `code` with the box's python3 (there is one: the agent needs it)."""
     return f"python3 -c {shlex.quote(code)}"
@@ -312,8 +319,7 @@ def _environments(sandbox: Sandbox, box: bool) -> dict[str, bytes]:
     script = DUMP_ENV
     if box:
         script += DUMP_ALL
-        pid = sandbox.info().get("pid") if isinstance(sandbox, RemoteSandbox) else None
-        assert isinstance(pid, int), "the agent reports its pid"
+        pid = _agent_pid(sandbox)
         script += f"dump agent /proc/{pid}/environ\n"
     result = sandbox.execute(script)
     assert result.exit_code == 0 and not result.truncated, result
@@ -381,8 +387,7 @@ def _replace_the_agent(provider: SandboxProvider, key: SandboxKey) -> tuple[str,
     kept (reversed back; "" when it never ran) and whether the box works again.
     """
     sandbox = provider.acquire(key)
-    pid = sandbox.info().get("pid") if isinstance(sandbox, RemoteSandbox) else None
-    assert isinstance(pid, int)
+    pid = _agent_pid(sandbox)
     stolen = f"{WORKSPACE}/stolen-{uuid.uuid4().hex[:8]}.txt"
     evil = EVIL_AGENT % stolen
     command = f"{_python(REPLACE)} {shlex.quote(evil)}; kill -9 {pid}"
@@ -491,8 +496,7 @@ def test_a_command_cannot_read_the_agents_memory(
 ) -> None:
     sandbox = provider.acquire(SandboxKey("secrets", "memory"))
     sandbox.execute("true")  # the secret has been used by the agent at least once
-    pid = sandbox.info().get("pid") if isinstance(sandbox, RemoteSandbox) else None
-    assert isinstance(pid, int), "the agent reports its pid"
+    pid = _agent_pid(sandbox)
     command = f"{_python(READ_AGENT_MEMORY)} {pid} {SECRET.encode().hex()}"
     result = sandbox.execute(command, timeout=60)
     assert result.exit_code == 0, result
@@ -539,8 +543,7 @@ def test_a_command_cannot_open_a_sleeping_agents_channel(
     key = SandboxKey("secrets", f"dormant-{uuid.uuid4().hex[:8]}")
     sandbox = provider.acquire(key)
     sandbox.execute("true")
-    pid = sandbox.info().get("pid") if isinstance(sandbox, RemoteSandbox) else None
-    assert isinstance(pid, int), "the agent reports its pid"
+    pid = _agent_pid(sandbox)
     assert isinstance(provider, BoxProvider)
     assert provider.sleep_idle_agents(1e-6) == 1, "the agent did not go to sleep"
     probe = ["python3", "-I", "-c", OPEN_DORMANT_STDIN, str(pid), str(DORMANT_BOUND_S)]

@@ -5,10 +5,10 @@ caches, thread stacks). When its client sends `sleep` and nothing is running, th
 execs `agent.pyz --dormant <its own arguments>` on the protocol pipes: a bare
 interpreter (`-I -S`, ~3 MiB: `ctypes` to turn non-dumpable first, agent/private.py,
 then `select`) that waits until the pipe has a frame and then execs a fresh agent with
-the original arguments. The pid stays (a
-provider's liveness probe still sees its agent), nothing of the old agent's state
-survives (secrets included), and the client sends `initialize` before its next frame.
-A hang-up while dormant ends the process, as EOF ends an agent.
+the original arguments. The pid stays (a provider's liveness probe still sees its
+agent), nothing of the old agent's state survives (secrets included), and the client
+sends `initialize` before its next frame. A hang-up while dormant ends the process, as
+EOF ends an agent.
 """
 
 from __future__ import annotations
