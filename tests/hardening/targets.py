@@ -232,6 +232,14 @@ def docker_gvisor_target() -> Target:
 # -- kubernetes ----------------------------------------------------------------------
 
 
+# Fifty boxes must fit on one two-core dev node; a case that keeps several gVisor boxes
+# (Guaranteed, 500m each) at once beside other workers' asks for these too.
+K8S_SMALL_RESOURCES = {
+    "requests": {"cpu": "10m", "memory": "32Mi"},
+    "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "1Gi"},
+}
+
+
 def kubernetes_target(
     kind: str = "kubernetes", variant: dict[str, Any] | None = None, max_processes: int = 0
 ) -> Target:
@@ -257,11 +265,7 @@ def kubernetes_target(
             "owner": OWNER,
             "labels": {SESSION_LABEL: SESSION},
             "reap_interval_s": 0,
-            # Fifty boxes must fit on one two-core dev node.
-            "resources": {
-                "requests": {"cpu": "10m", "memory": "32Mi"},
-                "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "1Gi"},
-            },
+            "resources": K8S_SMALL_RESOURCES,
             **(variant or {}),
             **options,
         }

@@ -54,7 +54,7 @@ from .processes_support import (
     rss_bytes,
 )
 from .provider_process import WORKSPACE, agents_in_box, provider_process
-from .targets import GVISOR_KINDS, LIMITS, SECRET, Target
+from .targets import GVISOR_KINDS, K8S_SMALL_RESOURCES, LIMITS, SECRET, Target
 
 TERM_GRACE_S = 1.0  # SIGTERM to SIGKILL of a process group (docs/operations.md)
 FLOODS = 20
@@ -603,8 +603,14 @@ def test_release_and_shutdown_end_everything(
     The other also has a process that left its group (setsid), which is no longer
     sandkit's but the box's: a release that keeps the box (E2B's pause) keeps it too,
     the shutdown ends it with the box. Then nothing of either box runs, in the box or on
-    this host."""
-    provider = make_provider(limits=PROCESS_LIMITS)
+    this host.
+
+    Up to three boxes at once (the released one may still be going): on Kubernetes with
+    small requests, since three Guaranteed gVisor pods (500m each) beside other workers'
+    did not fit the two-core node (CAPACITY at the second acquire, in a CI run). Nothing
+    here comes near a limit."""
+    small = {"resources": K8S_SMALL_RESOURCES} if target.kind.startswith("kubernetes") else {}
+    provider = make_provider(limits=PROCESS_LIMITS, options=small)
     released, shut = (SandboxKey("hardening", f"{n}-{uuid.uuid4().hex[:8]}") for n in "rs")
     marks = {key: marker("end") for key in (released, shut)}  # local sees both boxes'
     handles, streams = {}, {}
