@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import select
@@ -10,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -710,6 +712,51 @@ def test_a_late_pump_does_not_follow_a_writer_that_never_stops() -> None:
     finally:
         proc.kill()
         proc.wait()
+        pipes.close()
+        for stream in (proc.stdout, proc.stderr):
+            assert stream is not None
+            stream.close()
+
+
+def test_a_group_member_that_misses_the_kill_is_killed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Linux makes a group kill and a fork exclude each other; gVisor did not always (a
+    fork bomb's survivors held a CI box's process slots after the call had ended it).
+    The kernel's miss is played by dropping the first SIGKILL: the group must still be
+    gone when end_group returns."""
+    real_killpg = os.killpg
+    dropped: list[int] = []
+
+    def missing_the_first_kill(pgid: int, sig: int) -> None:
+        if sig == signal.SIGKILL and not dropped:
+            dropped.append(pgid)
+            return
+        real_killpg(pgid, sig)
+
+    proc = subprocess.Popen(
+        ["sh", "-c", "trap '' TERM; sleep 600 & echo ready; sleep 600"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    assert os.read(proc.stdout.fileno(), 6) == b"ready\n"  # SIGTERM is ignored from here
+    pipes = process.Pipes(proc, _Collected(), _Collected())
+    ending = threading.Thread(target=process.end_group, args=(proc, pipes), daemon=True)
+    try:
+        monkeypatch.setattr(os, "killpg", missing_the_first_kill)
+        ending.start()
+        ending.join(60.0)  # without the second kill it waits for a shell that still runs
+        monkeypatch.undo()
+        assert not ending.is_alive(), "end_group still waits for a group that missed the kill"
+        assert dropped == [proc.pid], "the first SIGKILL never went out"
+        assert not process._group_alive(proc.pid), "a member that missed the kill still runs"
+    finally:
+        monkeypatch.undo()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        ending.join(60.0)
         pipes.close()
         for stream in (proc.stdout, proc.stderr):
             assert stream is not None

@@ -39,6 +39,8 @@ INHERITED_ENV = ("PATH", "TZ", "TMPDIR", "USER", "LOGNAME")
 MAX_COMMAND_BYTES = 128 * 1024 - 1
 
 TERM_GRACE_S = 1.0  # between SIGTERM and SIGKILL of the group on timeout
+# How long a group is killed again while members outlive a SIGKILL (see _kill_until_gone).
+KILL_SETTLE_S = 5.0
 DRAIN_AFTER_EXIT_S = 0.2  # how long pipes held by a process that left the group are read
 _POLL_S = 0.05
 _CHUNK = 1 << 16
@@ -302,7 +304,25 @@ def end_group(proc: "subprocess.Popen[bytes]", pipes: Pipes) -> None:
             time.sleep(max(until - time.monotonic(), 0))
         pause = min(pause * 2, _POLL_S)
     _kill_group(proc, signal.SIGKILL)
+    _kill_until_gone(proc)
     proc.wait()
+
+
+def _kill_until_gone(proc: "subprocess.Popen[bytes]") -> None:
+    """SIGKILL the group again while a member still runs, for up to KILL_SETTLE_S.
+
+    Linux makes a group kill and a fork exclude each other; a kernel that does not (a
+    CI run under gVisor saw a fork bomb hold its box's process slots long after its call
+    had ended it) lets a child forked while the signal went out miss it. Killed tasks
+    are gone in milliseconds, so this costs one /proc scan where nothing escaped. The
+    shell is not reaped yet (or the group has live members): the id is still ours.
+    """
+    end = time.monotonic() + KILL_SETTLE_S
+    pause = 0.001
+    while _group_alive(proc.pid) and time.monotonic() < end:
+        time.sleep(pause)
+        pause = min(pause * 2, _POLL_S)
+        _kill_group(proc, signal.SIGKILL)
 
 
 def _run(
