@@ -303,13 +303,12 @@ def end_group(proc: "subprocess.Popen[bytes]", pipes: Pipes) -> None:
         else:
             time.sleep(max(until - time.monotonic(), 0))
         pause = min(pause * 2, _POLL_S)
-    _kill_group(proc, signal.SIGKILL)
     _kill_until_gone(proc)
     proc.wait()
 
 
 def _kill_until_gone(proc: "subprocess.Popen[bytes]") -> None:
-    """SIGKILL the group again while a member still runs, for up to KILL_SETTLE_S.
+    """SIGKILL the group, and again while a member still runs, for up to KILL_SETTLE_S.
 
     Linux makes a group kill and a fork exclude each other; a kernel that does not (a
     CI run under gVisor saw a fork bomb hold its box's process slots long after its call
@@ -317,6 +316,7 @@ def _kill_until_gone(proc: "subprocess.Popen[bytes]") -> None:
     are gone in milliseconds, so this costs one /proc scan where nothing escaped. The
     shell is not reaped yet (or the group has live members): the id is still ours.
     """
+    _kill_group(proc, signal.SIGKILL)
     end = time.monotonic() + KILL_SETTLE_S
     pause = 0.001
     while _group_alive(proc.pid) and time.monotonic() < end:
