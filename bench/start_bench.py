@@ -2,7 +2,7 @@
 baseline measured in the same run.
 
     python3 bench/start_bench.py [--platforms docker,kubernetes] [--seq 30] [--burst 50]
-        [--cold 10] [--greps 10] [--k8s-pool 3] [--k8s-claims 10] [--k8s-cold 6] [--json]
+        [--cold 20] [--greps 20] [--k8s-pool 3] [--k8s-claims 10] [--k8s-cold 6] [--json]
 
 Docker (image SANDKIT_TEST_IMAGE or sandkit/base:debian12):
 - warm pool: --seq new threads one after the other (the pool full again before each), then
@@ -594,8 +594,10 @@ def main() -> int:
     )
     parser.add_argument("--seq", type=int, default=30, help="warm claims one at a time")
     parser.add_argument("--burst", type=int, default=50, help="pool size = claims at once")
-    parser.add_argument("--cold", type=int, default=10, help="cold acquires (and bare of each)")
-    parser.add_argument("--greps", type=int, default=10, help="fresh boxes for the first grep")
+    parser.add_argument("--cold", type=int, default=20, help="cold acquires (and bare of each)")
+    parser.add_argument(
+        "--greps", type=int, default=20, help="fresh boxes for the first grep (half per query)"
+    )
     parser.add_argument("--k8s-pool", type=int, default=3, help="Kubernetes pool size")
     parser.add_argument("--k8s-claims", type=int, default=10, help="Kubernetes warm claims")
     parser.add_argument("--k8s-cold", type=int, default=6, help="Kubernetes cold acquires")

@@ -190,6 +190,33 @@ def test_the_refill_waits_for_claims_to_pause(make_provider: Factory) -> None:
     assert starts and min(starts) >= before + CLAIM_QUIET_S
 
 
+def test_a_refill_during_a_claim_leaves_the_box_to_the_claim(
+    make_provider: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A claim takes a box out of the pool, then moves its storage. A refill round that
+    lists the boxes in between must not adopt that box back (the pool would hold the
+    key's box, with a second agent in it, as a ready box), and one that finds it claimed
+    since says nothing: that is a claim, not trouble with the pool."""
+    provider = make_provider(warm_pool={"size": 1, "refill_interval_s": 60})
+    pool = provider._pool
+    assert pool is not None and pool.wait_ready(1, READY_S)
+    claim = provider._pool_claim
+    taken: list[str] = []
+
+    def refill_first(slot: str, record: Any, k: SandboxKey) -> Any:
+        taken.append(slot)
+        pool.refill()  # the refill thread's round, between the take and the move
+        return claim(slot, record, k)
+
+    provider._pool_claim = refill_first  # type: ignore[method-assign]
+    box = provider.acquire(key("window"))
+    assert box.execute("echo ok").stdout == "ok\n"
+    assert taken and taken[0] not in pool._ready, "the claimed box went back into the pool"
+    with caplog.at_level(logging.WARNING, logger="sandkit.boxkit"):
+        assert not pool._open(taken[0], start=False)
+    assert not caplog.records
+
+
 def test_a_restarted_provider_adopts_the_pool(
     make_provider: Factory, owned: Callable[[], list[Any]]
 ) -> None:

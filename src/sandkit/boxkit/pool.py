@@ -95,6 +95,9 @@ class WarmPool(Generic[R]):
         self.name = name
         self._lock = threading.Lock()
         self._ready: dict[str, _Entry[R]] = {}
+        # Taken out of `_ready` by a claim that has not moved their storage yet: a refill
+        # that lists the platform meanwhile must not adopt them back.
+        self._claiming: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._trouble: str | None = None  # the last reason the pool could not be filled
@@ -134,6 +137,7 @@ class WarmPool(Generic[R]):
                     return None
                 slot, entry = next(iter(self._ready.items()))
                 del self._ready[slot]
+                self._claiming.add(slot)
                 self._last_claim = time.monotonic()
             try:
                 outcome = self._host._pool_claim(slot, entry.record, key)
@@ -141,16 +145,17 @@ class WarmPool(Generic[R]):
                 log.warning(
                     "%s: claiming pool box %s failed (%s); trying another", self.name, slot, exc
                 )
-                entry.sandbox.close()
-                continue
+                outcome = None
+            with self._lock:
+                self._claiming.discard(slot)
+                if outcome is Claim.TAKEN:
+                    self._ready[slot] = entry  # still a good pool box
             if outcome is Claim.CLAIMED:
                 entry.sandbox.rekey(key)
                 return entry.record, entry.sandbox
             if outcome is Claim.TAKEN:
-                with self._lock:
-                    self._ready[slot] = entry  # still a good pool box
                 return None
-            entry.sandbox.close()  # GONE: another replica's now
+            entry.sandbox.close()  # GONE (another replica's now) or failed: try another
 
     def give_up_one(self) -> bool:
         """Remove one pool box to make room for a cold start (True if there was one)."""
@@ -177,7 +182,7 @@ class WarmPool(Generic[R]):
         with self._lock:
             gone = [s for s in self._ready if s not in present]
             stale = [self._ready.pop(s) for s in gone]
-            held = set(self._ready)
+            held = set(self._ready) | self._claiming
         for entry in stale:
             entry.sandbox.close()
         for slot in sorted(present - held):
@@ -206,13 +211,17 @@ class WarmPool(Generic[R]):
 
     def _open(self, slot: str, start: bool) -> bool:
         try:
-            record, sandbox = self._host._pool_open(slot, start)
+            opened = self._host._pool_open(slot, start)
         except SandboxError as exc:
             self._note(f"cannot {'start' if start else 'adopt'} a pool box", exc)
             if start:
                 with contextlib.suppress(SandboxError):
                     self._host._pool_remove(slot)
             return False
+        if opened is None:  # listed a moment ago, claimed or removed since: nothing to adopt
+            log.debug("%s: pool box %s is no longer in the pool", self.name, slot)
+            return False
+        record, sandbox = opened
         with self._lock:
             if self._stop.is_set():
                 sandbox.close()

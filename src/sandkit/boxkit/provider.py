@@ -581,8 +581,9 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         sandbox.last_used = time.monotonic()
         return sandbox
 
-    def _pool_open(self, slot: str, start: bool) -> tuple[B, BoxSandbox]:
-        """A pool box's record with an open, answering channel (started or adopted)."""
+    def _pool_open(self, slot: str, start: bool) -> tuple[B, BoxSandbox] | None:
+        """A pool box's record with an open, answering channel (started or adopted); None
+        when the box to adopt is not a pool box any more (claimed or removed meanwhile)."""
         record = self._record_class(key=pool_key(slot))
         if start:
             with self._capacity_lock:
@@ -590,7 +591,7 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
                     raise SandboxError(ErrorCode.CAPACITY, "max_running is reached")
                 self._pool_start(slot, record)
         elif not self._pool_attach(slot, record):
-            raise SandboxError(ErrorCode.UNAVAILABLE, f"pool box {slot} is gone")
+            return None
         if self.options.carrier == "http":
             self._ensure_http_agent(record)
         sandbox = record.sandbox = self._new_sandbox(record)
