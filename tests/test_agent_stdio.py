@@ -230,7 +230,9 @@ for thread in threading.enumerate():
 before = set(sys.modules)
 server = StdioServer(core, None, None)  # its worker pools, as the first operation makes them
 for slow in (True, False):
-    server._pool(slow).submit(lambda: None).result()
+    ran = threading.Event()
+    server._pool(slow).submit(ran.set)
+    assert ran.wait(60)
 calls = [
     ("execute", {"command": "echo hi"}),
     ("read_file", {"path": "a.txt"}),
@@ -250,8 +252,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 
 def test_after_the_warm_up_a_first_operation_loads_no_module(config: Any) -> None:
     """Every module a box's first operations need is loaded by the agent's warm-up, also
-    the carrier's worker pools (`concurrent.futures` loads its ThreadPoolExecutor only when
-    first asked for it): a new thread's first command does not pay for imports."""
+    the carrier's worker pools: a new thread's first command does not pay for imports."""
     import subprocess
     import sys
 

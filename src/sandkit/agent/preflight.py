@@ -11,13 +11,13 @@ import sys
 # What the agent and the runtime import from the standard library; the HTTP
 # carrier's modules are only needed (and only checked) with --http.
 REQUIRED = (
+    "_queue",
     "argparse",
     "atexit",
     "base64",
     "binascii",
     "codecs",
     "collections",
-    "concurrent.futures",
     "contextlib",
     "dataclasses",
     "enum",
@@ -76,7 +76,7 @@ def problem(http: bool = False) -> str | None:
     for name in REQUIRED + (REQUIRED_HTTP if http else ()):
         try:
             found = importlib.util.find_spec(name) is not None
-        except ImportError:  # a missing parent package (e.g. no `concurrent`)
+        except ImportError:  # a missing parent package (e.g. no `http`)
             found = False
         if not found:
             return missing_module(name)

@@ -402,14 +402,31 @@ class Activity:
             return self._changed.wait_for(lambda: self._count == 0, timeout)
 
 
+# How long a thread waits for the interpreter while the warm-up holds it (Python's default
+# is 5 ms): an operation that comes during a warm-up step waits this long for each of its
+# turns, not 5 ms (a new box's first command took 10 ms more than a later one).
+WARM_UP_SWITCH_S = 0.0002
+
+
 def _warm_up(context: Context, activity: Activity) -> None:
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(WARM_UP_SWITCH_S)
+    try:
+        _warm_up_steps(context, activity)
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def _warm_up_steps(context: Context, activity: Activity) -> None:
     """Load what operations need, one step at a time and only while none is running: what
-    the stdio carrier's worker pools need (made at the first operation), the search (a
+    the stdio carrier's worker pools need (made at the first operation), the commands'
+    module (`subprocess` and `signal` too, which the search needs as well), the search (a
     first grep pays for it the most: the Unicode tables, ripgrep's first run, the first
     assembly and encoding of matches), then every other operation's module."""
-    # The carrier's worker pools: `concurrent.futures` loads its ThreadPoolExecutor
-    # (and `queue`) lazily, on the first attribute access, so import that module itself.
-    import concurrent.futures.thread  # noqa: F401
+    from . import workers  # noqa: F401 - the carrier's pools, made at the first operation
+
+    activity.wait_quiet()
+    from ..runtime import process  # noqa: F401
 
     activity.wait_quiet()
     try:

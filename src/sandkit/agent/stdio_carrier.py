@@ -19,8 +19,9 @@ from .server import AgentCore, BadRequest, Request, log
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
     from typing import Any, BinaryIO, Dict, List, Optional
+
+    from .workers import WorkerPool
 
 # How long `sleep` waits for answered requests to be counted done.
 SETTLE_S = 0.5
@@ -55,10 +56,9 @@ class StdioServer:
         self._busy_lock = threading.Condition()
         self._reader: Optional[p.FrameReader] = None
         self._workers = workers
-        # Made at the first operation: initialize and ping do not wait for
-        # concurrent.futures (and its logging) to load.
-        self._ops: Optional[ThreadPoolExecutor] = None
-        self._exec: Optional[ThreadPoolExecutor] = None
+        # Made at the first operation (agent/workers.py).
+        self._ops: Optional[WorkerPool] = None
+        self._exec: Optional[WorkerPool] = None
 
     def serve(self) -> None:
         """Serve until stdin ends; operations already running are finished."""
@@ -81,7 +81,7 @@ class StdioServer:
             # ones are dropped since nobody is left to read their answers.
             for pool in (self._ops, self._exec):
                 if pool is not None:
-                    pool.shutdown(wait=True, cancel_futures=True)
+                    pool.shutdown()
 
     def _read(self, size: int) -> bytes:
         try:
@@ -111,15 +111,14 @@ class StdioServer:
             return
         self._pool(slow=request.method in p.SLOW_METHODS).submit(self._run, request)
 
-    def _pool(self, slow: bool) -> ThreadPoolExecutor:
+    def _pool(self, slow: bool) -> WorkerPool:
         """The pool for operations (slow: commands, long polls), made on first use (by the
         reading thread, the only one that submits)."""
         pool = self._exec if slow else self._ops
         if pool is None:
-            from concurrent.futures import ThreadPoolExecutor
+            from .workers import WorkerPool
 
-            prefix = "exec" if slow else "op"
-            pool = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix=prefix)
+            pool = WorkerPool(self._workers, "exec" if slow else "op")
             if slow:
                 self._exec = pool
             else:

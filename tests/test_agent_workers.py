@@ -1,0 +1,101 @@
+"""The stdio carrier's worker pools (agent/workers.py): bounded, in order, and a shutdown
+that lets running calls finish and drops queued ones."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from sandkit.agent.workers import WorkerPool
+
+WAIT_S = 60.0  # only a failure waits this long
+
+
+def test_every_submitted_call_runs() -> None:
+    pool = WorkerPool(4, "all")
+    seen: list[int] = []
+    for i in range(50):
+        pool.submit(seen.append, i)
+    deadline = time.monotonic() + WAIT_S
+    while len(seen) < 50 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pool.shutdown()
+    assert sorted(seen) == list(range(50))
+
+
+def test_no_more_threads_than_the_bound_and_all_of_them_when_calls_block() -> None:
+    pool = WorkerPool(3, "bound")
+    release = threading.Event()
+    running = threading.Semaphore(0)
+    names: set[str] = set()
+
+    def hold() -> None:
+        names.add(threading.current_thread().name)
+        running.release()
+        release.wait(WAIT_S)
+
+    for _ in range(5):
+        pool.submit(hold)
+    for _ in range(3):
+        assert running.acquire(timeout=WAIT_S)  # three run at once
+    assert not running.acquire(timeout=0.2)  # the other two wait for a thread
+    assert len(names) == 3 and all(n.startswith("bound_") for n in names)
+    release.set()
+    for _ in range(2):
+        assert running.acquire(timeout=WAIT_S)
+    pool.shutdown()
+    assert len(names) == 3
+
+
+def test_an_idle_thread_is_reused_before_a_new_one_starts() -> None:
+    pool = WorkerPool(8, "reuse")
+    names: list[str] = []
+    for _ in range(20):
+        ran = threading.Event()
+        pool.submit(lambda ev=ran: (names.append(threading.current_thread().name), ev.set()))
+        assert ran.wait(WAIT_S)
+        idle_by = time.monotonic() + WAIT_S  # the thread says it is idle once the call returned
+        while not pool._idle._value and time.monotonic() < idle_by:  # type: ignore[attr-defined]
+            time.sleep(0.001)
+    pool.shutdown()
+    assert len(set(names)) == 1
+
+
+def test_a_call_that_raises_does_not_end_its_thread() -> None:
+    pool = WorkerPool(1, "raise")
+
+    def boom() -> None:
+        raise RuntimeError("the call's own error")
+
+    pool.submit(boom)
+    ran = threading.Event()
+    pool.submit(ran.set)
+    assert ran.wait(WAIT_S)
+    pool.shutdown()
+
+
+def test_shutdown_finishes_running_calls_and_drops_queued_ones() -> None:
+    pool = WorkerPool(1, "stop")
+    started, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def first() -> None:
+        started.set()
+        release.wait(WAIT_S)
+        finished.append("first")
+
+    pool.submit(first)
+    pool.submit(finished.append, "queued")
+    assert started.wait(WAIT_S)
+    stopper = threading.Thread(target=pool.shutdown)
+    stopper.start()
+    time.sleep(0.1)
+    assert stopper.is_alive(), "shutdown waits for the running call"
+    release.set()
+    stopper.join(WAIT_S)
+    assert not stopper.is_alive()
+    assert finished == ["first"]
+    with pytest.raises(RuntimeError):
+        pool.submit(finished.append, "late")
