@@ -227,6 +227,7 @@ core = AgentCore(p.context_from_config(json.loads(sys.argv[2])))
 for thread in threading.enumerate():
     if thread.name == "sandkit-agent-warm":
         thread.join(120)
+assert sys.getswitchinterval() == 0.005, "the warm-up gives the interpreter's own back"
 before = set(sys.modules)
 server = StdioServer(core, None, None)  # its worker pools, as the first operation makes them
 for slow in (True, False):

@@ -406,15 +406,17 @@ class Activity:
 # is 5 ms): an operation that comes during a warm-up step waits this long for each of its
 # turns, not 5 ms (a new box's first command took 10 ms more than a later one).
 WARM_UP_SWITCH_S = 0.0002
+# What it goes back to: the interpreter's own, read before any warm-up (two that overlap,
+# after a second `initialize`, must not leave the short one behind).
+_SWITCH_S = sys.getswitchinterval()
 
 
 def _warm_up(context: Context, activity: Activity) -> None:
-    previous = sys.getswitchinterval()
     sys.setswitchinterval(WARM_UP_SWITCH_S)
     try:
         _warm_up_steps(context, activity)
     finally:
-        sys.setswitchinterval(previous)
+        sys.setswitchinterval(_SWITCH_S)
 
 
 def _warm_up_steps(context: Context, activity: Activity) -> None:
