@@ -687,10 +687,18 @@ def test_the_agents_search_warm_up_greps_nothing_of_the_users(
 
     monkeypatch.setattr(subprocess, "Popen", spy)
     for rg_path in (RG, None, str(tmp_path / "no-such-rg")):
+        monkeypatch.setattr(search, "_searched", False)  # a fresh agent: no grep yet
         ctx = Context(PathMapping([Mount(WORKSPACE, str(user))]), rg_path=rg_path)
         result = search.warm(ctx)
+        assert result is not None
         ((match),) = result["matches"]
         assert match["path"] == WORKSPACE + "/sample.py" and match["before"]
         assert list(scratch.iterdir()) == []
     ((argv),) = [args for args in ran if args[0] == RG]
     assert argv[-1].startswith(str(scratch / "sandkit-warm-"))
+    # Once a caller's grep has run, the sample would only share the machine with the next.
+    monkeypatch.setattr(search, "_searched", False)
+    ctx = Context(PathMapping([Mount(WORKSPACE, str(user))]), rg_path=RG)
+    search.grep(ctx, "def sample")
+    ran.clear()
+    assert search.warm(ctx) is None and ran == []

@@ -420,22 +420,26 @@ def _warm_up(context: Context, activity: Activity) -> None:
 
 
 def _warm_up_steps(context: Context, activity: Activity) -> None:
-    """Load what operations need, one step at a time and only while none is running: what
-    the stdio carrier's worker pools need (made at the first operation), the commands'
-    module (`subprocess` and `signal` too, which the search needs as well), the search (a
-    first grep pays for it the most: the Unicode tables, ripgrep's first run, the first
-    assembly and encoding of matches), then every other operation's module."""
+    """Load what operations need, one step at a time and only while none is running: the
+    stdio carrier's worker pools (made at the first operation); the search, which a first
+    grep pays for the most (its modules, `subprocess` included, and the Unicode tables);
+    the commands' module; ripgrep's first run and the first assembly and encoding of
+    matches, unless a grep came first; then every other operation's module."""
     from . import workers  # noqa: F401 - the carrier's pools, made at the first operation
 
-    activity.wait_quiet()
-    from ..runtime import process  # noqa: F401
-
-    activity.wait_quiet()
     try:
-        from ..runtime import search
+        activity.wait_quiet()
+        from ..runtime import rxinfo, search
 
         activity.wait_quiet()
-        p.dumps(p.result_response(0, p.encode_result("grep", search.warm(context))))
+        rxinfo.warm()
+        activity.wait_quiet()
+        from ..runtime import process  # noqa: F401
+
+        activity.wait_quiet()
+        sample = search.warm(context)
+        if sample is not None:
+            p.dumps(p.result_response(0, p.encode_result("grep", sample)))
     except Exception as exc:
         log("warming up the search: %s" % exc)
     from ..runtime.operations import OPERATIONS

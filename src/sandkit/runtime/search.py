@@ -216,6 +216,10 @@ class _Query:
         }
 
 
+# A grep has run in this process (what `warm` would take ahead is taken).
+_searched = False
+
+
 def grep(
     ctx: Context,
     pattern: Any,
@@ -292,25 +296,27 @@ def grep(
         cap,
     )
     items, more = _run(query)
+    global _searched
+    _searched = True
     key = {"content": "matches", "files_with_matches": "files", "count": "counts"}[output_mode]
     result[key] = items
     result["truncated"] = more
     return result
 
 
-def warm(ctx: Context) -> Dict[str, Any]:
+def warm(ctx: Context) -> Optional[Dict[str, Any]]:
     """Take a first grep's one-time costs ahead of it (an agent's warm-up thread calls this
-    after `initialize`): the Unicode tables a default query uses, and one whole grep of a
-    sample tree of its own (a temporary directory; no user file is read) with the box's
-    limits and ripgrep, so the binary is paged in and every step of a search with matches
+    after `initialize` and the Unicode tables, `rxinfo.warm`): one whole grep of a sample
+    tree of its own (a temporary directory; no user file is read) with the box's limits
+    and ripgrep, so the binary is paged in and every step of a search with matches
     (resolve, translate, ripgrep's JSON, the line assembly) has run once. Returns that
-    result, for the caller to encode once too."""
+    result, for the caller to encode once too; None when a caller's grep has run already
+    (it paid those costs, and the sample would only share the machine with the next one)."""
+    if _searched:
+        return None
     import shutil
     import tempfile
 
-    from . import rxinfo
-
-    rxinfo.warm()
     sample = tempfile.mkdtemp(prefix="sandkit-warm-")
     try:
         with open(os.path.join(sample, "sample.py"), "w") as f:
