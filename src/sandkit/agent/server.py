@@ -441,7 +441,7 @@ def _warm_up_steps(context: Context, activity: Activity) -> None:
         if sample is not None:
             p.dumps(p.result_response(0, p.encode_result("grep", sample)))
     except Exception as exc:
-        log("warming up the search: %s" % exc)
+        log("warming up the search and the commands: %s" % exc)
     from ..runtime.operations import OPERATIONS
 
     for operation in OPERATIONS.values():

@@ -235,6 +235,7 @@ def grep(
     offset: Any = 0,
 ) -> Dict[str, Any]:
     """Search file contents with a Python-dialect regex (or a literal)."""
+    global _searched
     pattern = require_str("pattern", pattern, allow_empty=False)
     literal = require_bool("literal", literal)
     case_sensitive = require_bool("case_sensitive", case_sensitive)
@@ -296,7 +297,6 @@ def grep(
         cap,
     )
     items, more = _run(query)
-    global _searched
     _searched = True
     key = {"content": "matches", "files_with_matches": "files", "count": "counts"}[output_mode]
     result[key] = items
