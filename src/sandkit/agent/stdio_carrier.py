@@ -167,6 +167,7 @@ class StdioServer:
             return
         from .dormant import become_dormant  # loaded first: the exec follows the answer
 
+        self.core.context.calls.ready.close()  # no idle shell becomes a zombie of the exec
         self._send(p.dumps(p.result_response(request.id, {"sleeping": True})))
         if self._broken:
             return  # the client is gone: the read loop ends at EOF

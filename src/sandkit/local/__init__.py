@@ -63,6 +63,7 @@ class LocalSandbox(Sandbox):
     def close(self) -> None:
         """Later calls fail with UNAVAILABLE (the provider's release ends its processes)."""
         self._closed = True
+        self.runtime.context.calls.ready.close()  # no shell waits on the host for a call
 
     def _check_open(self) -> None:
         if self._closed:

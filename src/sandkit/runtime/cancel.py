@@ -13,6 +13,8 @@ import os
 import threading
 import time
 
+from .readyshell import ReadyShells
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Iterator, Set
@@ -58,11 +60,13 @@ class Cancel:
 
 
 class Calls:
-    """The commands in flight in one sandbox (execute and streams alike)."""
+    """The commands in flight in one sandbox (execute and streams alike), and the shell
+    started ahead for the next one."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._running: Set[Cancel] = set()
+        self.ready = ReadyShells()
 
     @contextlib.contextmanager
     def running(self, cancel: Cancel) -> Iterator[None]:
@@ -77,7 +81,9 @@ class Calls:
 
     def end_all(self, wait_s: float) -> int:
         """End every command in flight and wait up to `wait_s` for their groups to be
-        gone (each call ends its own: TERM, KILL after the grace); how many there were."""
+        gone (each call ends its own: TERM, KILL after the grace); how many there were.
+        The ready shell ends too."""
+        self.ready.discard()
         with self._changed:
             ending = list(self._running)
             for cancel in ending:

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import time
 
+from . import readyshell
 from .cancel import Cancel, Cancelled
 from .capture import HeadTail, Redactor, margin_for
 from .context import BOUNDS_FAILED, Context
@@ -29,7 +30,7 @@ from .values import Value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, List, Optional, Protocol
+    from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 SHELLS = ("/bin/bash", "/bin/sh")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -325,23 +326,15 @@ def _kill_until_gone(proc: "subprocess.Popen[bytes]") -> None:
         _kill_group(proc, signal.SIGKILL)
 
 
-def _run(
+def _popen(
     argv: List[str],
     cwd: str,
     env: Dict[str, str],
-    timeout: float,
-    out: Sink,
-    err: Sink,
     preexec: Optional[Callable[[], None]],
-    cancel: Cancel,
-) -> Optional[int]:
-    """Run to completion or timeout; the exit code, or None when it timed out.
-
-    Either way the call ends with its process group: what the shell started
-    in the background is stopped when the shell exits. A `cancel` that is set
-    (the consumer of a stream went away) ends the group too and raises Cancelled.
-    """
-    proc = subprocess.Popen(
+    pass_fds: Tuple[int, ...] = (),
+) -> "subprocess.Popen[bytes]":
+    """A command's shell: no stdin, both outputs piped, a session (and group) of its own."""
+    return subprocess.Popen(
         argv,
         cwd=cwd,
         env=env,
@@ -350,8 +343,24 @@ def _run(
         stderr=subprocess.PIPE,
         start_new_session=True,
         close_fds=True,
+        pass_fds=pass_fds,
         preexec_fn=preexec,
     )
+
+
+def _run(
+    proc: "subprocess.Popen[bytes]",
+    timeout: float,
+    out: Sink,
+    err: Sink,
+    cancel: Cancel,
+) -> Optional[int]:
+    """Run to completion or timeout; the exit code, or None when it timed out.
+
+    Either way the call ends with its process group: what the shell started
+    in the background is stopped when the shell exits. A `cancel` that is set
+    (the consumer of a stream went away) ends the group too and raises Cancelled.
+    """
     pipes = Pipes(proc, out, err, cancel)
     try:
         deadline = time.monotonic() + timeout
@@ -382,13 +391,16 @@ def _run(
 class Launch(Value):
     """A checked command, ready to start: argv (with the bounds' launcher), cwd, env.
     `launcher`: argv starts with the bounds' launcher, whose exit 126 and BOUNDS_FAILED
-    mean that it could not apply them (the command never ran)."""
+    mean that it could not apply them (the command never ran). `shell` and `command`
+    (unmasked) are what argv runs, for a shell started ahead (readyshell.py)."""
 
     argv: List[str]
     cwd: str
     env: Dict[str, str]
     preexec: Optional[Callable[[], None]]
     launcher: bool
+    shell: str
+    command: str
 
     def __init__(
         self,
@@ -397,6 +409,8 @@ class Launch(Value):
         env: Dict[str, str],
         preexec: Optional[Callable[[], None]],
         launcher: bool = False,
+        shell: str = "",
+        command: str = "",
     ) -> None:
         self._init(locals())
 
@@ -424,7 +438,40 @@ def prepare(ctx: Context, command: Any, env: Any, cwd: Any) -> Launch:
     if ctx.bounds is not None:
         argv, preexec = ctx.bounds.launch(command_argv)
     launcher = argv != command_argv
-    return Launch(argv, real_cwd, environment, _with_default_signals(preexec), launcher)
+    preexec = _with_default_signals(preexec)
+    return Launch(argv, real_cwd, environment, preexec, launcher, shell, real_command)
+
+
+def _start(ctx: Context, launch: Launch) -> "subprocess.Popen[bytes]":
+    """The command's shell: the sandbox's ready one when it fits (readyshell.py), else a
+    new one."""
+    proc = None
+    if readyshell.usable(launch.shell, launch.command):
+        proc = ctx.calls.ready.take(_ready_key(launch), launch.command)
+    if proc is None:
+        proc = _popen(launch.argv, launch.cwd, launch.env, launch.preexec)
+    return proc
+
+
+def _start_ahead(ctx: Context, launch: Launch) -> None:
+    """Have the next command's shell started while this call's answer goes out (after the
+    command: a start meanwhile would compete with it)."""
+    if not readyshell.usable(launch.shell, launch.command):
+        return
+
+    bounds = ctx.bounds  # not ctx: a starter that held it would keep the context alive
+
+    def start_waiting(fd: int) -> "subprocess.Popen[bytes]":
+        argv, preexec = [launch.shell, "-c", readyshell.WAIT.format(fd=fd)], None
+        if bounds is not None:
+            argv, preexec = bounds.launch(argv)
+        return _popen(argv, launch.cwd, launch.env, _with_default_signals(preexec), (fd,))
+
+    ctx.calls.ready.refill(_ready_key(launch), start_waiting)
+
+
+def _ready_key(launch: Launch) -> Any:
+    return (launch.shell, launch.cwd, tuple(sorted(launch.env.items())))
 
 
 # Signals a host started in the background (`nohup ... &`, a job-control-less shell) passes on
@@ -531,16 +578,8 @@ def _execute(
     call = cancel or Cancel()  # a plain execute has one too: a release may end it
     try:
         with ctx.calls.running(call):
-            exit_code = _run(
-                launch.argv,
-                launch.cwd,
-                launch.env,
-                seconds,
-                sinks[0],
-                sinks[1],
-                launch.preexec,
-                call,
-            )
+            exit_code = _run(_start(ctx, launch), seconds, sinks[0], sinks[1], call)
+        _start_ahead(ctx, launch)
     except (subprocess.SubprocessError, OSError, ValueError) as exc:
         raise start_failure(ctx, exc) from None
     except Cancelled:
