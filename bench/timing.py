@@ -9,12 +9,15 @@ from collections.abc import Callable
 from typing import Any
 
 
-def timed(fn: Callable[[], Any], n: int, warmup: int = 3) -> list[float]:
-    """Seconds per call for `n` calls after `warmup` untimed ones."""
+def timed(fn: Callable[[], Any], n: int, warmup: int = 3, pause_s: float = 0.0) -> list[float]:
+    """Seconds per call for `n` calls after `warmup` untimed ones (`pause_s` untimed
+    before each)."""
     for _ in range(warmup):
         fn()
     samples = []
     for _ in range(n):
+        if pause_s:
+            time.sleep(pause_s)
         start = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - start)
