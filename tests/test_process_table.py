@@ -97,3 +97,29 @@ def test_an_offset_past_the_end_is_invalid(table: processes.ProcessTable) -> Non
     with pytest.raises(SandboxError) as caught:
         table.output(info["handle"], 12, 0)
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT and "since" in caught.value.message
+
+
+def test_no_thread_left_for_a_follower_is_capacity_and_starts_nothing(
+    table: processes.ProcessTable, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A box full of processes (a fork bomb) may leave no room for the thread that follows
+    a new one: the spawn then fails cleanly, before anything starts, and end_all answers
+    (a process started without its follower would stay "running" and hold end_all)."""
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name.startswith("sandkit-proc-"):
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    marker = tmp_path / "workspace" / "ran"
+    with pytest.raises(SandboxError) as info:
+        table.spawn(f"touch {marker}", None, None)
+    assert info.value.code == ErrorCode.CAPACITY
+    assert table.list() == {"processes": []}
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    thread, outcome = in_thread(table.end_all)
+    thread.join(ANSWER_S)
+    assert outcome == {"result": {"processes": []}}
+    assert not marker.exists()

@@ -51,6 +51,7 @@ REQUIRED = (
     "types",
     "typing",
     "unicodedata",
+    "weakref",
 )
 REQUIRED_HTTP = ("http.server", "socketserver")
 # Used when present, never a reason not to start.

@@ -227,6 +227,20 @@ class ProcessTable:
             clean = process.cleaner(self.ctx)
             virtual_cwd = self.ctx.mapping.to_virtual(launch.cwd)
             entry = _Process(handle, clean(str(command)), virtual_cwd, log)
+            # The follower first: a thread may not start once the process has filled the
+            # box (a fork bomb), and a process nobody follows would stay "running" for good.
+            launched = threading.Event()
+            follower = threading.Thread(
+                target=self._follow, args=(entry, launched), name="sandkit-proc-" + handle
+            )
+            follower.daemon = True
+            try:
+                follower.start()
+            except RuntimeError:  # "can't start new thread"
+                raise SandboxError(
+                    ErrorCode.CAPACITY,
+                    "the sandbox has no room for another process (its process limit is reached)",
+                ) from None
             try:
                 entry.proc = subprocess.Popen(
                     launch.argv,
@@ -241,11 +255,10 @@ class ProcessTable:
                 )
             except (subprocess.SubprocessError, OSError, ValueError) as exc:
                 raise process.start_failure(self.ctx, exc) from None
+            finally:
+                launched.set()  # without a process the follower just ends
             self._processes[handle] = entry
             self._evict()
-        threading.Thread(
-            target=self._follow, args=(entry,), name="sandkit-proc-" + handle, daemon=True
-        ).start()
         return entry.info()
 
     def output(self, handle: Any, since: Any, wait_s: Any) -> Dict[str, Any]:
@@ -374,22 +387,26 @@ class ProcessTable:
         for handle in ended[: max(len(ended) - KEEP_ENDED, 0)]:
             del self._processes[handle]
 
-    def _follow(self, entry: _Process) -> None:
+    def _follow(self, entry: _Process, launched: threading.Event) -> None:
         """Read the process's pipes until it and its group have ended; record the exit."""
+        launched.wait()
         proc = entry.proc
-        assert proc is not None
+        if proc is None:  # it could not be started
+            return
         out = _Stream("stdout", entry, process.stream_cleaner(self.ctx))
         err = _Stream("stderr", entry, process.stream_cleaner(self.ctx))
-        pipes = process.Pipes(proc, out, err)
+        pipes: Optional[process.Pipes] = None
         code: Optional[int] = None
         try:
+            pipes = process.Pipes(proc, out, err)  # may fail (no descriptor left): then end it
             pipes.pump(float("inf"), lambda: process.exited(proc))
             pipes.wait(float("inf"), lambda: process.exited(proc))
             process.end_group(proc, pipes)
             pipes.pump(time.monotonic() + process.DRAIN_AFTER_EXIT_S, lambda: False)
             code = process.exit_code(proc.wait())
         finally:
-            pipes.close()
+            if pipes is not None:
+                pipes.close()
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     with contextlib.suppress(OSError, ValueError):
