@@ -99,3 +99,35 @@ def test_shutdown_finishes_running_calls_and_drops_queued_ones() -> None:
     assert finished == ["first"]
     with pytest.raises(RuntimeError):
         pool.submit(finished.append, "late")
+
+
+def test_a_pool_that_cannot_start_a_thread_still_runs_each_call_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a box at its process limit no thread starts: the first call runs in the
+    submitting thread, later ones queue for the threads there are."""
+    real_start = threading.Thread.start
+    allowed = [False]
+
+    def start(thread: threading.Thread) -> None:
+        if not allowed[0]:
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    pool = WorkerPool(4, "t")
+    ran: list[int] = []
+    pool.submit(ran.append, 1)
+    assert ran == [1]  # inline: nobody else could
+    allowed[0] = True
+    done = threading.Event()
+    pool.submit(lambda: (ran.append(2), done.set()))
+    allowed[0] = False
+    pool.submit(ran.append, 3)  # queued for the thread that exists
+    assert done.wait(10)
+    deadline = time.monotonic() + 10
+    while len(ran) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(ran) == [1, 2, 3]
+    allowed[0] = True
+    pool.shutdown()

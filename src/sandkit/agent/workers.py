@@ -42,8 +42,17 @@ class WorkerPool:
             thread = threading.Thread(
                 target=self._work, name="%s_%d" % (self._name, len(self._threads)), daemon=True
             )
-            thread.start()
-            self._threads.append(thread)
+            try:
+                thread.start()
+            except RuntimeError:  # no room for a thread (the box's process limit is reached)
+                if self._threads:
+                    return  # a running one takes the call when it is free
+                self._jobs.get_nowait()  # nobody would: it is the only one queued
+            else:
+                self._threads.append(thread)
+                return
+        with contextlib.suppress(BaseException):  # a call answers its own errors
+            call(*args)
 
     def shutdown(self) -> None:
         """Calls running now finish; calls still queued are dropped (nobody is left to

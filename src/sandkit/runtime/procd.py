@@ -130,7 +130,10 @@ class Supervisor:
                 continue
             except OSError:
                 break
-            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+            try:
+                threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+            except RuntimeError:  # no room for a thread (a full box): this client sees EOF
+                conn.close()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
 
