@@ -121,7 +121,12 @@ def test_a_pool_that_cannot_start_a_thread_still_runs_each_call_once(
     assert ran == [1]  # inline: nobody else could
     allowed[0] = True
     done = threading.Event()
-    pool.submit(lambda: (ran.append(2), done.set()))
+
+    def second() -> None:
+        ran.append(2)
+        done.set()
+
+    pool.submit(second)
     allowed[0] = False
     pool.submit(ran.append, 3)  # queued for the thread that exists
     assert done.wait(10)

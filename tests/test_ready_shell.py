@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -160,16 +160,40 @@ def test_a_long_command_starts_its_own_shell(ctx: Context) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
-def test_a_ready_shell_a_command_killed_or_stopped_is_not_used(
+def test_a_ready_shell_a_command_killed_or_stopped_still_runs_the_next(
     ctx: Context, sig: signal.Signals
 ) -> None:
     process.execute(ctx, "true")
     waiting = ready_pid(ctx)
-    process.execute(ctx, f"kill -{sig.name[3:]} {waiting}")
+    # Too long for a ready shell: it runs in its own, so the waiting one is left to kill.
+    padding = "#" * readyshell.MAX_COMMAND_BYTES
+    killed = process.execute(ctx, f"kill -{sig.name[3:]} {waiting}; echo $$ {padding}")
+    assert killed["exit_code"] == 0 and int(str(killed["stdout"]).split()[0]) != waiting
+    assert ctx.calls.ready.ready_pid == waiting  # still the one a short command would take
+    if sig == signal.SIGSTOP:
+        assert until(lambda: state(waiting) == "T"), "the waiting shell never stopped"
     result = process.execute(ctx, "echo $$; echo done", timeout=10)
     pid, said = str(result["stdout"]).split()
-    assert result["exit_code"] == 0 and said == "done" and int(pid) != waiting
+    assert result["exit_code"] == 0 and said == "done"
+    # A killed one is dropped for a new shell; a stopped one is continued and runs it.
+    assert (int(pid) == waiting) == (sig == signal.SIGSTOP)
     assert wait_gone(waiting)
+
+
+def state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def until(condition: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + 10.0
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def test_close_ends_the_waiting_shell_and_starts_no_more(ctx: Context) -> None:

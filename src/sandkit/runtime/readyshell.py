@@ -69,8 +69,12 @@ class _Ready:
 
     def hand(self, command: str) -> bool:
         """Give the shell its command; False when it cannot take one (then discard it)."""
-        if self.proc.poll() is not None or _stopped(self.proc.pid):
+        if self.proc.poll() is not None:
             return False
+        # A command may have stopped it (it is the sandbox user's process); SIGCONT also
+        # drops a stop signal still pending. It is unreaped, so the pid is still its own.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGCONT)
         data = command.encode("utf-8", "surrogateescape") + b"\0"
         try:
             # Less than a pipe's capacity, into an empty pipe: all of it or nothing.
@@ -94,17 +98,6 @@ class _Ready:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-def _stopped(pid: int) -> bool:
-    """Stopped (a command sent it SIGSTOP): a command handed to it would never start."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            data = f.read()
-    except OSError:
-        return False
-    state = data[data.rfind(b")") + 2 : data.rfind(b")") + 3]
-    return state in (b"T", b"t")
 
 
 class ReadyShells:
