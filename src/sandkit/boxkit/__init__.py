@@ -20,6 +20,7 @@ from .payload import (
     RG_PATH,
     Payload,
     build_payload,
+    end_tagged_argv,
     find_host_rg,
     host_copy,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "box_mapping",
     "build_payload",
     "claim_storage",
+    "end_tagged_argv",
     "find_host_rg",
     "host_copy",
     "make_token",

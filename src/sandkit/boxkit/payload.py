@@ -20,6 +20,23 @@ from pathlib import Path
 AGENT_DIR = "/opt/sandkit"
 AGENT_PATH = f"{AGENT_DIR}/agent.pyz"
 RG_PATH = f"{AGENT_DIR}/bin/rg"
+# Kills this uid's processes whose argv ends in `--tag <argv[1]>`: how a provider ends the
+# agent a new channel replaces, or a relay (they are non-dumpable, so the environ of one
+# is unreadable in the box; the tag in its argv is what marks it).
+_END_TAGGED = (
+    "import os,signal,sys\n"
+    "tail=[b'--tag',sys.argv[1].encode()]\n"
+    "for p in os.listdir('/proc'):\n"
+    " try:\n"
+    "  with open('/proc/%s/cmdline'%p,'rb') as f:\n"
+    "   if f.read().split(b'\\0')[-3:-1]==tail: os.kill(int(p),signal.SIGKILL)\n"
+    " except (OSError,ValueError): pass\n"
+)
+
+
+def end_tagged_argv(python: str, tag: str) -> list[str]:
+    """The argv that ends, in a box, the processes started with `--tag TAG`."""
+    return [python, "-I", "-c", _END_TAGGED, tag]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,7 +49,7 @@ import docker.errors
 from docker.types import LogConfig
 from docker.types import Mount as DockerMount
 
-from sandkit.boxkit import AGENT_DIR, AGENT_PATH, netstate
+from sandkit.boxkit import AGENT_DIR, AGENT_PATH, end_tagged_argv, netstate
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.net.cli import control as net_control
 from sandkit.net.policy import load_networks
@@ -73,16 +73,6 @@ LABEL_ROLE = "sandkit.role"
 ROLE_EGRESS = "egress"
 PROXY_START_S = 60.0
 RELAY_WAIT_S = 15.0
-# Kills the box user's relays whose argv ends in `--tag <argv[1]>`.
-_END_RELAY = (
-    "import os,signal,sys\n"
-    "tail=[b'--tag',sys.argv[1].encode()]\n"
-    "for p in os.listdir('/proc'):\n"
-    " try:\n"
-    "  with open('/proc/%s/cmdline'%p,'rb') as f:\n"
-    "   if f.read().split(b'\\0')[-3:-1]==tail: os.kill(int(p),signal.SIGKILL)\n"
-    " except (OSError,ValueError): pass\n"
-)
 
 
 def proxy_name(options: DockerOptions) -> str:
@@ -421,7 +411,7 @@ class DockerNet:
         netstate.remove(self.box_dir(name) / "ingress" / f"{port}.sock")
         if container_id is None:
             return
-        argv = [self.options.python, "-I", "-c", _END_RELAY, f"sknet-in-{port}"]
+        argv = end_tagged_argv(self.options.python, f"sknet-in-{port}")
         with contextlib.suppress(SandboxError):
             self._exec_detached(container_id, argv, "closing the port", wait=True)
 

@@ -33,6 +33,7 @@ from sandkit.boxkit import (
     ByteStream,
     Claim,
     claim_storage,
+    end_tagged_argv,
     host_copy,
     http_agent,
     pool_layout,
@@ -71,19 +72,6 @@ log = logging.getLogger("sandkit.docker")
 FOREIGN_START_WAIT_S = 10.0
 # After the engine reports an agent's exec ended: what was in flight is read meanwhile.
 EXEC_DIED_GRACE_S = 1.0
-# Marks each stdio agent (`--tag` in its argv: the agent is non-dumpable, so its
-# environ is unreadable in the box) so the provider can end the one a new channel replaces.
-# Kills this uid's processes whose argv ends in `--tag <argv[1]>`.
-_END_AGENT = (
-    "import os,signal,sys\n"
-    "tail=[b'--tag',sys.argv[1].encode()]\n"
-    "for p in os.listdir('/proc'):\n"
-    " try:\n"
-    "  with open('/proc/%s/cmdline'%p,'rb') as f:\n"
-    "   if f.read().split(b'\\0')[-3:-1]==tail: os.kill(int(p),signal.SIGKILL)\n"
-    " except (OSError,ValueError): pass\n"
-)
-
 DockerSandbox = BoxSandbox
 
 
@@ -793,7 +781,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             api = self.client.api
             exec_id = api.exec_create(
                 container_id,
-                [self.options.python, "-I", "-c", _END_AGENT, tag],
+                end_tagged_argv(self.options.python, tag),
                 user=self.options.user,
                 workdir="/",
                 stdout=False,
