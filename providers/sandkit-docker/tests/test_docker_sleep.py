@@ -75,10 +75,15 @@ def test_an_idle_agent_sleeps_and_the_next_call_wakes_it(
 
 
 def agents_in(client: Any, provider: DockerProvider, key: SandboxKey) -> list[str]:
+    """The box's agents: not its supervisor, and not an agent's child caught between its
+    fork and its exec (it shows the agent's argv for a moment: the agent starts rg, ready
+    shells and the supervisor that way)."""
     attrs = provider._inspect(key)
     assert attrs is not None
-    top = client.api.top(attrs["Id"], ps_args="-o pid,args")
-    return [row[1] for row in top["Processes"] if "agent.pyz" in row[1] and "--procd" not in row[1]]
+    top = client.api.top(attrs["Id"], ps_args="-o pid,ppid,args")
+    rows = [r for r in top["Processes"] if "agent.pyz" in r[2] and "--procd" not in r[2]]
+    pids = {r[0] for r in rows}
+    return [r[2] for r in rows if r[1] not in pids]
 
 
 def test_agent_sleep_exit_ends_the_agent_and_the_next_call_starts_one(
