@@ -1,10 +1,10 @@
 """Processes benchmarks (issue 12): streamed output, background processes, execute's cost.
 
     python3 bench/process_bench.py [--provider docker|kubernetes|both] [--lines 200] [--json]
-        [--image IMAGE] [--k8s-image IMAGE]
+        [--image IMAGE] [--k8s-image IMAGE] [--carrier stdio|http] [--exec-pause-ms 10]
     (kubernetes: export KUBECONFIG=$(deploy/dev-cluster/up.sh) first)
 
-In one run, per provider, against one warm box (carrier stdio):
+In one run, per provider, against one warm box (carrier stdio unless --carrier http):
 
 - event latency: a python3 in the box prints its CLOCK_MONOTONIC (one clock for the
   whole host: boxes share the kernel) every 10 ms; the client subtracts it from the
@@ -192,7 +192,9 @@ def execute_vs_subprocess(box: Sandbox, n: int, pause_s: float) -> dict[str, Any
 # -- providers -----------------------------------------------------------------------------
 
 
-def docker_provider(data_root: Path, image: str, stream_bytes: int) -> tuple[Any, Any]:
+def docker_provider(
+    data_root: Path, image: str, stream_bytes: int, carrier: str
+) -> tuple[Any, Any]:
     from sandkit_docker.provider import DockerProvider
 
     owner = f"sandkit-bench-{uuid.uuid4().hex[:8]}"
@@ -200,7 +202,13 @@ def docker_provider(data_root: Path, image: str, stream_bytes: int) -> tuple[Any
         data_root=data_root,
         limits={"exec_stream_bytes": stream_bytes, "exec_max_timeout_s": 3600},
         providers={
-            "docker": {"image": image, "pull": "never", "owner": owner, "reap_interval_s": 0}
+            "docker": {
+                "image": image,
+                "pull": "never",
+                "owner": owner,
+                "reap_interval_s": 0,
+                "carrier": carrier,
+            }
         },
     )
     provider = DockerProvider(settings)
@@ -218,7 +226,9 @@ def docker_provider(data_root: Path, image: str, stream_bytes: int) -> tuple[Any
     return provider, (box, exec_read, exec_count)
 
 
-def kubernetes_provider(data_root: Path, image: str, stream_bytes: int) -> tuple[Any, Any]:
+def kubernetes_provider(
+    data_root: Path, image: str, stream_bytes: int, carrier: str
+) -> tuple[Any, Any]:
     from kubernetes import client, config
     from kubernetes.stream import stream
     from sandkit_kubernetes.provider import KubernetesProvider
@@ -240,6 +250,7 @@ def kubernetes_provider(data_root: Path, image: str, stream_bytes: int) -> tuple
                 "owner": owner,
                 "namespace": namespace,
                 "reap_interval_s": 0,
+                "carrier": carrier,
             }
         },
     )
@@ -299,7 +310,7 @@ def run(name: str, factory: Callable[..., Any], args: argparse.Namespace) -> dic
     data_root = Path(tempfile.mkdtemp(prefix="sandkit-bench-"))
     size = args.mib * MIB
     image = args.k8s_image if name == "kubernetes" else args.image
-    provider, (box, exec_read, exec_count) = factory(data_root, image, size + MIB)
+    provider, (box, exec_read, exec_count) = factory(data_root, image, size + MIB, args.carrier)
     try:
         box.execute("true")
         return {
@@ -360,6 +371,9 @@ def main() -> int:
         "--k8s-image",
         default=os.environ.get("SANDKIT_K8S_TEST_IMAGE") or "docker.io/sandkit/sandbox:debian12",
         help="the image in the cluster's runtime (the dev cluster's, as the provider tests)",
+    )
+    parser.add_argument(
+        "--carrier", choices=("stdio", "http"), default="stdio", help="how calls reach the agent"
     )
     parser.add_argument("--lines", type=int, default=200, help="ticker lines per latency run")
     parser.add_argument("--mib", type=int, default=256, help="MiB for the throughput run")
