@@ -461,11 +461,13 @@ def _start_ahead(ctx: Context, launch: Launch) -> None:
 
     bounds = ctx.bounds  # not ctx: a starter that held it would keep the context alive
 
-    def start_waiting(fd: int) -> "subprocess.Popen[bytes]":
-        argv, preexec = [launch.shell, "-c", readyshell.WAIT.format(fd=fd)], None
+    def start_waiting(command_in: int, ack_out: int) -> "subprocess.Popen[bytes]":
+        script = readyshell.WAIT.format(fd=command_in, ack=ack_out)
+        argv, preexec = [launch.shell, "-c", script], None
         if bounds is not None:
             argv, preexec = bounds.launch(argv)
-        return _popen(argv, launch.cwd, launch.env, _with_default_signals(preexec), (fd,))
+        fds = (command_in, ack_out)
+        return _popen(argv, launch.cwd, launch.env, _with_default_signals(preexec), fds)
 
     ctx.calls.ready.refill(_ready_key(launch), start_waiting)
 

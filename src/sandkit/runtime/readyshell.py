@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import threading
 import time
@@ -31,14 +32,19 @@ if TYPE_CHECKING:
     import subprocess
     from typing import Callable, Hashable, Optional, Tuple
 
-    Starter = Callable[[int], "subprocess.Popen[bytes]"]
+    # Starts `bash -c WAIT` with the command pipe's read end and the ack's write end.
+    Starter = Callable[[int, int], "subprocess.Popen[bytes]"]
 
 # bash reads a pipe one byte per system call: longer commands start their own shell.
 MAX_COMMAND_BYTES = 4096
+# How long a hand-over waits for the shell to say it has the command (it is woken by it).
+ACK_WAIT_S = 30.0
 
-# One line, so that $LINENO in the command counts from 1. {fd}: the pipe's read end.
+# One line, so that $LINENO in the command counts from 1. {fd}: the command pipe's read
+# end; {ack}: where it says it has the command (one killed before that never runs it).
 WAIT = (
-    "IFS= read -r -d '' BASH_EXECUTION_STRING <&{fd} || exit 0; exec {fd}<&-; "
+    "IFS= read -r -d '' BASH_EXECUTION_STRING <&{fd} || exit 0; "
+    "printf . >&{ack}; exec {fd}<&- {ack}>&-; "
     '( eval "set -n"$\'\\n\'"$BASH_EXECUTION_STRING" ) 2>/dev/null'
     ' || exec "$0" -c "$BASH_EXECUTION_STRING"; '
     'SECONDS=0; : "$0"; eval "$BASH_EXECUTION_STRING"'
@@ -54,45 +60,58 @@ def usable(shell: str, command: str) -> bool:
 
 
 class _Ready:
-    """One started shell and the write end of its command pipe."""
+    """One started shell: the write end of its command pipe, the read end of its ack."""
 
     def __init__(self, key: Hashable, start: Starter) -> None:
         self.key = key
-        read_end, self._feed = os.pipe()
+        command_in, self._feed = os.pipe()
+        self._ack, ack_out = os.pipe()
         try:
-            self.proc = start(read_end)
+            self.proc = start(command_in, ack_out)
         except BaseException:
-            os.close(self._feed)
+            self._close()
             raise
         finally:
-            os.close(read_end)
+            os.close(command_in)
+            os.close(ack_out)
 
     def hand(self, command: str) -> bool:
-        """Give the shell its command; False when it cannot take one (then discard it)."""
-        if self.proc.poll() is not None:
-            return False
-        # A command may have stopped it (it is the sandbox user's process); SIGCONT also
-        # drops a stop signal still pending. It is unreaped, so the pid is still its own.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.proc.pid, signal.SIGCONT)
-        data = command.encode("utf-8", "surrogateescape") + b"\0"
+        """Give the shell its command; False when it did not take it (then discard it)."""
         try:
-            # Less than a pipe's capacity, into an empty pipe: all of it or nothing.
-            written = os.write(self._feed, data)
-        except OSError:  # it exited meanwhile (EPIPE)
-            return False
-        finally:
+            if self.proc.poll() is not None:
+                return False
+            # A command may have stopped it (it is the sandbox user's process); SIGCONT
+            # also drops a stop still pending. It is unreaped: the pid is still its own.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
+            data = command.encode("utf-8", "surrogateescape") + b"\0"
+            try:
+                # Less than a pipe's capacity, into an empty pipe: all of it or nothing
+                # (were it less, `read` would end at EOF without the NUL: exit, nothing run).
+                if os.write(self._feed, data) != len(data):
+                    return False
+            except OSError:  # it exited meanwhile (EPIPE)
+                return False
             os.close(self._feed)
             self._feed = -1
-        # A partial write cannot happen here; were it to, the shell's `read` ends at EOF
-        # without the NUL and it exits without running anything.
-        return written == len(data)
+            # Killed meanwhile (a command's `kill` lands late under load), it never says so:
+            # its end of the ack pipe closes. No word in time (stopped again): the call's own
+            # timeout bounds it, as any command's.
+            if select.select([self._ack], [], [], ACK_WAIT_S)[0]:
+                return os.read(self._ack, 1) == b"."
+            return True
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        for fd in (self._feed, self._ack):
+            if fd >= 0:
+                os.close(fd)
+        self._feed = self._ack = -1
 
     def discard(self) -> None:
         """End an idle shell (EOF on its pipe) and reap it; nothing of it is left."""
-        if self._feed >= 0:
-            os.close(self._feed)
-            self._feed = -1
+        self._close()
         proc = self.proc
         if proc.returncode is None:  # not reaped: the group id is still its own
             with contextlib.suppress(ProcessLookupError, PermissionError):
