@@ -10,11 +10,12 @@ code are the command's.
 
 WAIT keeps what the command sees as under `bash -c COMMAND`: BASH_EXECUTION_STRING is
 the command, `$_` the shell's path, `$LINENO` counts from 1, `$SECONDS` from the hand-over,
-the pipe's descriptor is closed, and a command bash cannot parse (checked first in a
+its pipes' descriptors are closed, and a command bash cannot parse (checked first in a
 subshell under `set -n`, which runs nothing) is run by `exec bash -c COMMAND`, so its
-syntax error reads as it does there. What differs is written down in docs/operations.md
-(#ready-shells): bash does not exec the last command itself, and `set` lists SECONDS and
-PIPESTATUS.
+syntax error reads as it does there. Before running anything it says it has the command
+(one byte back): a shell killed meanwhile never does, and the call starts its own. What
+differs is written down in docs/operations.md (#ready-shells): bash does not exec the last
+command itself, and `set` lists SECONDS and PIPESTATUS.
 """
 
 from __future__ import annotations
