@@ -442,21 +442,27 @@ def prepare(ctx: Context, command: Any, env: Any, cwd: Any) -> Launch:
     return Launch(argv, real_cwd, environment, preexec, launcher, shell, real_command)
 
 
-def _start(ctx: Context, launch: Launch) -> "subprocess.Popen[bytes]":
+def _ready_key(launch: Launch) -> Any:
+    """What a ready shell must have been started with to run this command (None: a ready
+    shell cannot run it)."""
+    if not readyshell.usable(launch.shell, launch.command):
+        return None
+    return (launch.shell, launch.cwd, tuple(sorted(launch.env.items())))
+
+
+def _start(ctx: Context, launch: Launch, key: Any) -> "subprocess.Popen[bytes]":
     """The command's shell: the sandbox's ready one when it fits (readyshell.py), else a
     new one."""
-    proc = None
-    if readyshell.usable(launch.shell, launch.command):
-        proc = ctx.calls.ready.take(_ready_key(launch), launch.command)
+    proc = None if key is None else ctx.calls.ready.take(key, launch.command)
     if proc is None:
         proc = _popen(launch.argv, launch.cwd, launch.env, launch.preexec)
     return proc
 
 
-def _start_ahead(ctx: Context, launch: Launch) -> None:
+def _start_ahead(ctx: Context, launch: Launch, key: Any) -> None:
     """Have the next command's shell started while this call's answer goes out (after the
     command: a start meanwhile would compete with it)."""
-    if not readyshell.usable(launch.shell, launch.command):
+    if key is None:
         return
 
     bounds = ctx.bounds  # not ctx: a starter that held it would keep the context alive
@@ -469,11 +475,7 @@ def _start_ahead(ctx: Context, launch: Launch) -> None:
         fds = (command_in, ack_out)
         return _popen(argv, launch.cwd, launch.env, _with_default_signals(preexec), fds)
 
-    ctx.calls.ready.refill(_ready_key(launch), start_waiting)
-
-
-def _ready_key(launch: Launch) -> Any:
-    return (launch.shell, launch.cwd, tuple(sorted(launch.env.items())))
+    ctx.calls.ready.refill(key, start_waiting)
 
 
 # Signals a host started in the background (`nohup ... &`, a job-control-less shell) passes on
@@ -567,6 +569,7 @@ def _execute(
 ) -> Dict[str, Any]:
     seconds = _timeout(ctx, timeout)
     launch = prepare(ctx, command, env, cwd)
+    key = _ready_key(launch)
     margin = margin_for(Redactor(ctx.secrets))
     cap = max(ctx.limits.exec_output_bytes, 0)
     out = HeadTail(cap // 2, cap - cap // 2, margin)
@@ -580,8 +583,8 @@ def _execute(
     call = cancel or Cancel()  # a plain execute has one too: a release may end it
     try:
         with ctx.calls.running(call):
-            exit_code = _run(_start(ctx, launch), seconds, sinks[0], sinks[1], call)
-        _start_ahead(ctx, launch)
+            exit_code = _run(_start(ctx, launch, key), seconds, sinks[0], sinks[1], call)
+        _start_ahead(ctx, launch, key)
     except (subprocess.SubprocessError, OSError, ValueError) as exc:
         raise start_failure(ctx, exc) from None
     except Cancelled:
