@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from ..agent.protocol import agent_config, max_frame_bytes
 from ..config import Settings
 from ..errors import ErrorCode, SandboxError
+from ..net import state as netstate
 from ..network import EgressPolicy, Endpoint
 from ..paths import ThreadLayout
 from ..provider import SandboxKey, SandboxProvider
@@ -46,7 +47,6 @@ from ..transports.base import Transport
 from ..transports.http import HttpTransport
 from ..transports.stdio import StdioTransport
 from ..transports.streams import ByteStream
-from . import netstate
 from .http_agent import AgentSlot, SlotTransport, make_token, wait_ready
 from .layout import box_mapping
 from .options import BoxOptions

@@ -4,6 +4,7 @@
   whether a box may open a connection (`Decider`);
 - `proxy`: the egress proxy a provider runs outside its boxes (HTTP CONNECT and plain
   HTTP, SNI checked for TLS), one listener per box;
+- `state`: the proxy's state directory (its layout, and the one writer of a box's policy);
 - `relay`: the byte pipes inside a box (its 127.0.0.1 proxy port to the proxy's socket,
   an exposed port's socket to the server in the box);
 - `cli`: `python3 agent.pyz --net proxy|relay-out|relay-in|ctl ...`.

@@ -12,7 +12,6 @@ policy --root DIR --box NAME [--address IP] [--json POLICY]   write a box's poli
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import socket
@@ -75,8 +74,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 def control(root: str, request: Dict[str, Any], timeout: float = 30.0) -> Dict[str, Any]:
     """One request to the proxy's control socket and its reply."""
     from .proxy import short_unix_path
+    from .state import CONTROL
 
-    path, done = short_unix_path(os.path.join(root, "control.sock"))
+    path, done = short_unix_path(os.path.join(root, CONTROL))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
@@ -97,25 +97,13 @@ def control(root: str, request: Dict[str, Any], timeout: float = 30.0) -> Dict[s
 
 def _policy(args: argparse.Namespace) -> int:
     """Kubernetes: the provider writes a box's policy through an exec in the proxy pod."""
-    from .policy import Policy
+    from . import state
 
-    box_dir = os.path.join(args.root, "boxes", args.box)
-    path = os.path.join(box_dir, "policy.json")
     if args.remove:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        with contextlib.suppress(OSError):
-            os.rmdir(box_dir)
+        state.remove_policy(args.root, args.box)
     else:
         data = json.loads(args.json if args.json is not None else sys.stdin.read())
-        Policy.from_dict({k: data[k] for k in ("mode", "allow", "deny") if k in data})
-        if args.address:
-            data["address"] = args.address
-        os.makedirs(box_dir, exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(data, handle)
-        os.replace(tmp, path)
+        state.write_policy(args.root, args.box, data, args.address)
     reply = control(args.root, {"op": "sync"})
     sys.stdout.write(json.dumps(reply) + "\n")
     return 0 if reply.get("ok") else 1

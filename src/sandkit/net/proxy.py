@@ -1,12 +1,7 @@
 """The egress proxy: the only way out of a box, outside the box (stdlib, asyncio).
 
 A provider runs one per owner (Docker: a container; Kubernetes: a pod) over a
-state directory it writes to:
-
-    <root>/proxy.json                    hosts table, the host's addresses (denied), limits
-    <root>/boxes/<name>/policy.json      one box's policy (+ "address" for TCP identity)
-    <root>/boxes/<name>/egress/egress.sock   created here: the box's own way in (unix mode)
-    <root>/control.sock                  "sync" (re-read everything now), "ping", "stats"
+state directory it writes to (its layout: `state.py`).
 
 A box is known by where its connection arrives, never by what it says: in unix
 mode by the socket in its own directory (the box sees only its own, read-only),
@@ -35,6 +30,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .policy import Decider, Decision, Policy, PolicyError, load_networks, normalize_host
 from .relay import BACKLOG, pump
+from .state import BOXES, CONFIG, CONTROL, EGRESS, POLICY, SOCKET
 
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
@@ -47,7 +43,6 @@ RESCAN_S = 2.0
 DEFAULT_MAX_PER_BOX = 256
 DEFAULT_MAX_TOTAL = 4096
 LOG_PER_BOX_PER_S = 5
-SOCKET_NAME = "egress.sock"
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -237,7 +232,7 @@ class EgressProxy:
         return os.path.join(self.root, *parts)
 
     def _read_config(self) -> bool:
-        path = self._path("proxy.json")
+        path = self._path(CONFIG)
         stamp = _stamp(path)
         if stamp == self.config_stamp:
             return False
@@ -269,7 +264,7 @@ class EgressProxy:
         async with self._lock:
             config_changed = self._read_config()
             names = set()
-            boxes_dir = self._path("boxes")
+            boxes_dir = self._path(BOXES)
             with contextlib.suppress(FileNotFoundError):
                 names = {n for n in os.listdir(boxes_dir) if not n.startswith(".")}
             for name in sorted(names):
@@ -277,12 +272,12 @@ class EgressProxy:
             for name in sorted(set(self.boxes) - names):
                 await self._drop_box(name)
             for name in list(self.boxes):
-                if name not in names or _stamp(self._path("boxes", name, "policy.json")) is None:
+                if name not in names or _stamp(self._path(BOXES, name, POLICY)) is None:
                     await self._drop_box(name)
             return {"ok": True, "boxes": len(self.boxes), "active": self.active}
 
     async def _sync_box(self, name: str, config_changed: bool) -> None:
-        path = self._path("boxes", name, "policy.json")
+        path = self._path(BOXES, name, POLICY)
         stamp = _stamp(path)
         if stamp is None:
             return
@@ -314,8 +309,8 @@ class EgressProxy:
             await self._ensure_listener(box)
 
     async def _ensure_listener(self, box: Box) -> None:
-        directory = self._path("boxes", box.name, "egress")
-        path = os.path.join(directory, SOCKET_NAME)
+        directory = self._path(BOXES, box.name, EGRESS)
+        path = os.path.join(directory, SOCKET)
         try:
             st = os.stat(path)
             current = st.st_ino if stat.S_ISSOCK(st.st_mode) else None
@@ -371,7 +366,7 @@ class EgressProxy:
 
     async def serve_forever(self) -> None:
         await self.sync()
-        control = self._path("control.sock")
+        control = self._path(CONTROL)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(control)
         short = short_unix_path(control)

@@ -49,8 +49,9 @@ import docker.errors
 from docker.types import LogConfig
 from docker.types import Mount as DockerMount
 
-from sandkit.boxkit import AGENT_DIR, AGENT_PATH, end_tagged_argv, netstate
+from sandkit.boxkit import AGENT_DIR, AGENT_PATH, end_tagged_argv
 from sandkit.errors import ErrorCode, SandboxError
+from sandkit.net import state
 from sandkit.net.cli import control as net_control
 from sandkit.net.policy import load_networks
 from sandkit.net.proxy import own_addresses, short_unix_path
@@ -131,13 +132,13 @@ class DockerNet:
         self._runtime_ok = True
 
     def box_dir(self, name: str) -> Path:
-        return self.root / "boxes" / name
+        return Path(state.box_dir(self.root, name))
 
     def mounts(self, name: str) -> list[DockerMount]:
         """The box's view of its network directories (nothing when both features are off)."""
         mounts = []
         if self.egress:
-            source = str(self.box_dir(name) / "egress")
+            source = str(self.box_dir(name) / state.EGRESS)
             mounts.append(
                 DockerMount(target=EGRESS_DIR, source=source, type="bind", read_only=True)
             )
@@ -153,8 +154,8 @@ class DockerNet:
         uid, gid = self.options.uid, self.options.gid
         base = self.box_dir(name)
         base.mkdir(parents=True, exist_ok=True)
-        for sub, mode in (("egress", 0o755), ("ingress", 0o700)):
-            if (sub == "egress" and not self.egress) or (sub == "ingress" and not self.expose):
+        for sub, mode in ((state.EGRESS, 0o755), ("ingress", 0o700)):
+            if (sub == state.EGRESS and not self.egress) or (sub == "ingress" and not self.expose):
                 continue
             path = base / sub
             path.mkdir(exist_ok=True)
@@ -162,7 +163,7 @@ class DockerNet:
                 os.chown(path, uid, gid)
             path.chmod(mode)
         if self.egress and policy is not None:
-            netstate.write_json(base / "policy.json", policy)
+            state.write_policy(self.root, name, policy)
 
     def bind(self, key: SandboxKey, name: str) -> None:
         """Record that `name` serves `key` now (set_egress and the gateway look here)."""
@@ -184,13 +185,13 @@ class DockerNet:
         return os.path.basename(target)
 
     def unbind(self, key: SandboxKey) -> None:
-        netstate.remove(self.root / "bound" / key.sandbox_id)
+        state.remove(self.root / "bound" / key.sandbox_id)
 
     def set_policy(self, name: str, policy: dict[str, Any]) -> None:
         """A running box's new policy, in force when this returns."""
         if not self.egress or not self.box_dir(name).is_dir():
             return
-        netstate.write_json(self.box_dir(name) / "policy.json", policy)
+        state.write_policy(self.root, name, policy)
         self.sync()
 
     def forget_box(self, name: str, removed: bool) -> None:
@@ -202,17 +203,17 @@ class DockerNet:
                 with contextlib.suppress(SandboxError):
                     self.sync()
             return
-        netstate.remove(base / "exposed.json")
+        state.remove(base / "exposed.json")
         ingress = base / "ingress"
         with contextlib.suppress(FileNotFoundError):
             for entry in ingress.iterdir():
-                netstate.remove(entry)
+                state.remove(entry)
 
     def clear_all(self) -> None:
         """After shutdown removed every container: every box's state (keys/ stays)."""
-        for sub in ("boxes", "bound"):
+        for sub in (state.BOXES, "bound"):
             shutil.rmtree(self.root / sub, ignore_errors=True)
-        netstate.remove(self.root / "control.sock")
+        state.remove(self.root / state.CONTROL)
 
     # -- the proxy ------------------------------------------------------------------
 
@@ -266,9 +267,9 @@ class DockerNet:
         egress = self.options.egress
         denied = [str(n) for n in load_networks(own_addresses())]
         config = {"hosts": egress.hosts, "denied": sorted(set(denied))}
-        path = self.root / "proxy.json"
-        if netstate.read_json(path) != config:
-            netstate.write_json(path, config)
+        path = self.root / state.CONFIG
+        if state.read_json(path) != config:
+            state.write_json(path, config)
 
     def ensure_proxy(self, payload_dir: str) -> None:
         """The owner's egress proxy runs with the current settings and answers."""
@@ -375,7 +376,7 @@ class DockerNet:
             "--listen",
             f"127.0.0.1:{port}",
             "--socket",
-            f"{EGRESS_DIR}/egress.sock",
+            f"{EGRESS_DIR}/{state.SOCKET}",
             "--tag",
             "sknet-out",
         ]
@@ -408,7 +409,7 @@ class DockerNet:
         return sock
 
     def stop_ingress_relay(self, container_id: str | None, name: str, port: int) -> None:
-        netstate.remove(self.box_dir(name) / "ingress" / f"{port}.sock")
+        state.remove(self.box_dir(name) / "ingress" / f"{port}.sock")
         if container_id is None:
             return
         argv = end_tagged_argv(self.options.python, f"sknet-in-{port}")
@@ -445,12 +446,12 @@ class DockerNet:
     # -- exposed ports --------------------------------------------------------------
 
     def exposed(self, name: str) -> list[int]:
-        data = netstate.read_json(self.box_dir(name) / "exposed.json")
+        data = state.read_json(self.box_dir(name) / "exposed.json")
         ports = data.get("ports") if isinstance(data, dict) else None
         return sorted({int(p) for p in ports or [] if isinstance(p, int)})
 
     def set_exposed(self, name: str, ports: list[int]) -> None:
-        netstate.write_json(self.box_dir(name) / "exposed.json", {"ports": sorted(set(ports))})
+        state.write_json(self.box_dir(name) / "exposed.json", {"ports": sorted(set(ports))})
 
     def endpoint(self, key: SandboxKey, name: str, port: int) -> Endpoint:
         sock = self.box_dir(name) / "ingress" / f"{port}.sock"
