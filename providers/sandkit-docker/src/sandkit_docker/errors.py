@@ -30,7 +30,8 @@ def _identity(text: str) -> str:
 
 
 def engine_error(exc: BaseException, doing: str, mask: Masker = _identity) -> SandboxError:
-    """Classify an exception raised by the docker SDK while `doing` something."""
+    """Classify an exception raised by the docker SDK while `doing` something (a
+    `SandboxError` passes unchanged, so callers need no clause of their own for it)."""
     if isinstance(exc, SandboxError):
         return exc
     if isinstance(exc, docker.errors.ImageNotFound):
@@ -50,6 +51,18 @@ def engine_error(exc: BaseException, doing: str, mask: Masker = _identity) -> Sa
     if isinstance(exc, OSError):
         return SandboxError(ErrorCode.UNAVAILABLE, mask(f"{doing}: {exc}")[:2000])
     return SandboxError(ErrorCode.INTERNAL, mask(f"{doing}: {type(exc).__name__}: {exc}")[:2000])
+
+
+def box_state_error(exc: BaseException, what: str) -> SandboxError | None:
+    """The engine says the box is gone (404) or not running (409, an exec into it):
+    UNAVAILABLE, and what to do; None for any other failure (the box is not known dead)."""
+    if isinstance(exc, docker.errors.NotFound):
+        state = "is gone"
+    elif isinstance(exc, docker.errors.APIError) and exc.status_code == 409:
+        state = "is not running"
+    else:
+        return None
+    return SandboxError(ErrorCode.UNAVAILABLE, f"{what} {state}; acquire it again")
 
 
 def _text(exc: docker.errors.DockerException) -> str:

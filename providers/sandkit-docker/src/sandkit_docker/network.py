@@ -58,7 +58,7 @@ from sandkit.net.proxy import own_addresses, short_unix_path
 from sandkit.network import Endpoint
 from sandkit.provider import SandboxKey
 
-from .errors import engine_error
+from .errors import box_state_error, engine_error
 from .spec import LABEL_OWNER, LABEL_SPEC
 
 if TYPE_CHECKING:
@@ -288,8 +288,6 @@ class DockerNet:
             client = self.provider.client
             try:
                 self._run_proxy(client, kwargs)
-            except SandboxError:
-                raise
             except Exception as exc:
                 raise engine_error(exc, "starting the egress proxy") from None
             self._wait_proxy()
@@ -305,8 +303,7 @@ class DockerNet:
             labels = (attrs.get("Config") or {}).get("Labels") or {}
             if labels.get(LABEL_SPEC) != kwargs["labels"][LABEL_SPEC]:
                 log.info("recreating %s: created with other settings", name)
-                with contextlib.suppress(docker.errors.NotFound):
-                    client.api.remove_container(name, force=True)
+                self.provider._remove(name)
                 attrs = None
         if attrs is None:
             try:
@@ -429,16 +426,8 @@ class DockerNet:
             )["Id"]
             output = api.exec_start(exec_id, detach=not wait)
             code = api.exec_inspect(exec_id).get("ExitCode") if wait else 0
-        except docker.errors.NotFound:
-            raise SandboxError(
-                ErrorCode.UNAVAILABLE, f"{doing}: the box is gone; acquire it again"
-            ) from None
-        except docker.errors.APIError as exc:
-            if exc.status_code == 409:
-                raise SandboxError(
-                    ErrorCode.UNAVAILABLE, f"{doing}: the box is not running; acquire it again"
-                ) from None
-            raise engine_error(exc, doing) from None
+        except Exception as exc:
+            raise box_state_error(exc, f"{doing}: the box") or engine_error(exc, doing) from None
         if code:
             said = output.decode("utf-8", "replace").strip()[-300:] if output else ""
             raise SandboxError(ErrorCode.UNAVAILABLE, f"{doing}: exit code {code}; {said}")

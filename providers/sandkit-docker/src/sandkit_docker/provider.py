@@ -50,7 +50,7 @@ from sandkit.provider import SandboxKey
 
 from .client import connect
 from .deaths import DeathWatch
-from .errors import engine_error
+from .errors import box_state_error, engine_error
 from .network import LABEL_ROLE, DockerNet
 from .options import DockerOptions
 from .spec import (
@@ -155,20 +155,16 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             target, pooled = (attrs["Id"], _pooled(attrs)) if attrs else (None, False)
         elif pooled:
             target = box.container_id
-        api = self.client.api
         remove = remove or pooled  # a claimed pool box cannot start again: its storage moved
         net = self.net
         net_name = net.bound(box.key) or box.key.sandbox_id
         try:
             if target is not None and remove:
-                api.remove_container(target, force=True, v=True)
+                self._remove(target)
             elif target is not None:
-                api.stop(target, timeout=self.options.stop_timeout_s)
+                self.client.api.stop(target, timeout=self.options.stop_timeout_s)
         except docker.errors.NotFound:
             pass
-        except docker.errors.APIError as exc:
-            if not (remove and exc.status_code == 409):  # removal already in progress
-                raise engine_error(exc, f"stopping sandbox {box.key.sandbox_id}") from None
         except Exception as exc:
             raise engine_error(exc, f"stopping sandbox {box.key.sandbox_id}") from None
         box.container_id = None
@@ -183,15 +179,13 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 all=True, filters=owner_filter(self.options), ignore_removed=True
             )
             return list(found)
-        except SandboxError:
-            raise
         except Exception as exc:
             raise engine_error(exc, "listing containers") from None
 
     def _shut_box(self, container: Any) -> None:
         try:
             if self.options.shutdown == "remove":
-                container.remove(force=True, v=True)
+                self._remove(container.id)
             elif container.status == "running":
                 container.stop(timeout=self.options.stop_timeout_s)
         except docker.errors.NotFound:
@@ -276,8 +270,6 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             self._ensure_network()
             attrs, _ = self._create(kwargs, layout.host_mapping().mask, check=False)
             self.client.api.start(attrs["Id"])
-        except SandboxError:
-            raise
         except Exception as exc:
             raise engine_error(exc, "starting a pool box") from None
         record.container_id = attrs["Id"]
@@ -318,14 +310,10 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         """Remove an unclaimed pool box (a claimed one keeps its pool name: see retire)."""
         if not retire_storage(self.settings, self.owner, slot):
             return  # claimed meanwhile (maybe by another replica): a key's box now
-        with contextlib.suppress(docker.errors.NotFound):
-            try:
-                self.client.api.remove_container(
-                    pool_container_name(self.options, slot), force=True, v=True
-                )
-            except docker.errors.APIError as exc:
-                if exc.status_code != 409:
-                    raise engine_error(exc, "removing a pool box") from None
+        try:
+            self._remove(pool_container_name(self.options, slot))
+        except Exception as exc:
+            raise engine_error(exc, "removing a pool box") from None
         shutil.rmtree(self._pool_root() / slot, ignore_errors=True)
         if self.net.enabled:
             self.net.forget_box(f"pool-{slot}", removed=True)
@@ -337,8 +325,6 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         try:
             attrs = self._inspect_name(container_name(self.options, key))
             return attrs if attrs is not None else self._claimed_box(key)
-        except SandboxError:
-            raise
         except Exception as exc:
             raise engine_error(exc, f"inspecting sandbox {key.sandbox_id}") from None
 
@@ -419,8 +405,6 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 self._remove_quietly(attrs["Id"])
                 attrs, _ = self._create(kwargs, mask)
                 self.client.api.start(attrs["Id"])
-        except SandboxError:
-            raise
         except Exception as exc:
             raise engine_error(exc, f"starting sandbox {key.sandbox_id}", mask) from None
         box.container_id = attrs["Id"]
@@ -454,62 +438,15 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
             return
         try:
             net.check_runtime()
-        except SandboxError:
-            raise
         except Exception as exc:
             raise engine_error(exc, "asking the engine about its runtimes") from None
         net.prepare(net_name, policy)
         if net.egress:
             try:
                 net.ensure_proxy(self._payload_dir())
-            except SandboxError:
-                raise
             except Exception as exc:
                 raise engine_error(exc, "starting the egress proxy") from None
             net.sync()
-
-    # -- network ----------------------------------------------------------------------
-
-    def _apply_egress(self, box: _Box, policy: EgressPolicy) -> None:
-        net_name = self.net.bound(box.key)
-        if net_name is None:
-            return  # not running: its start applies the stored policy
-        self.net.set_policy(net_name, self.options.egress.enforced(policy))
-        if box.container_id is not None:  # in case a command ended it
-            with contextlib.suppress(SandboxError):
-                self.net.start_egress_relay(box.container_id)
-
-    def _expose_port(self, box: _Box, port: int) -> Endpoint:
-        net = self.net
-        net_name = net.bound(box.key)
-        if net_name is None or box.container_id is None:
-            raise SandboxError(
-                ErrorCode.UNAVAILABLE,
-                f"sandbox {box.key.sandbox_id} is not running; acquire it before exposing a port",
-            )
-        net.start_ingress_relay(box.container_id, net_name, port)
-        net.set_exposed(net_name, [*net.exposed(net_name), port])
-        return net.endpoint(box.key, net_name, port)
-
-    def _unexpose_port(self, box: _Box, port: int) -> None:
-        net = self.net
-        net_name = net.bound(box.key)
-        if net_name is None:
-            return
-        ports = net.exposed(net_name)
-        if port in ports:
-            net.set_exposed(net_name, [p for p in ports if p != port])
-        net.stop_ingress_relay(box.container_id, net_name, port)
-
-    def _exposed_ports(self, box: _Box) -> list[Endpoint]:
-        net = self.net
-        net_name = net.bound(box.key)
-        if net_name is None:
-            return []
-        return [net.endpoint(box.key, net_name, p) for p in net.exposed(net_name)]
-
-    def _find_endpoint(self, key: SandboxKey, port: int) -> Endpoint | None:
-        return self.net.find_endpoint(key, port) if self.net.expose else None
 
     def _create(
         self, kwargs: dict[str, Any], mask: Any, check: bool = True
@@ -558,15 +495,19 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
 
     def _remove_quietly(self, container_id: str) -> None:
         """Remove a container and wait until its name is free again."""
-        with contextlib.suppress(docker.errors.NotFound):
-            try:
-                self.client.api.remove_container(container_id, force=True, v=True)
-            except docker.errors.APIError as exc:
-                if exc.status_code != 409:  # 409: someone else is removing it
-                    raise
+        self._remove(container_id)
         deadline = time.monotonic() + FOREIGN_START_WAIT_S
         while self._inspect_name(container_id) is not None and time.monotonic() < deadline:
             time.sleep(0.05)
+
+    def _remove(self, ref: str) -> None:
+        """Remove a container and its volumes; one gone or being removed already is fine."""
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                self.client.api.remove_container(ref, force=True, v=True)
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: someone else is removing it
+                    raise
 
     def _ensure_network(self) -> None:
         """Create the owner's internal network (carrier http, network_mode none) if missing.
@@ -639,6 +580,49 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                     "(deploy/images/build-base-image.sh) or set providers.docker.image",
                 ) from None
 
+    # -- network ----------------------------------------------------------------------
+
+    def _apply_egress(self, box: _Box, policy: EgressPolicy) -> None:
+        net_name = self.net.bound(box.key)
+        if net_name is None:
+            return  # not running: its start applies the stored policy
+        self.net.set_policy(net_name, self.options.egress.enforced(policy))
+        if box.container_id is not None:  # in case a command ended it
+            with contextlib.suppress(SandboxError):
+                self.net.start_egress_relay(box.container_id)
+
+    def _expose_port(self, box: _Box, port: int) -> Endpoint:
+        net = self.net
+        net_name = net.bound(box.key)
+        if net_name is None or box.container_id is None:
+            raise SandboxError(
+                ErrorCode.UNAVAILABLE,
+                f"sandbox {box.key.sandbox_id} is not running; acquire it before exposing a port",
+            )
+        net.start_ingress_relay(box.container_id, net_name, port)
+        net.set_exposed(net_name, [*net.exposed(net_name), port])
+        return net.endpoint(box.key, net_name, port)
+
+    def _unexpose_port(self, box: _Box, port: int) -> None:
+        net = self.net
+        net_name = net.bound(box.key)
+        if net_name is None:
+            return
+        ports = net.exposed(net_name)
+        if port in ports:
+            net.set_exposed(net_name, [p for p in ports if p != port])
+        net.stop_ingress_relay(box.container_id, net_name, port)
+
+    def _exposed_ports(self, box: _Box) -> list[Endpoint]:
+        net = self.net
+        net_name = net.bound(box.key)
+        if net_name is None:
+            return []
+        return [net.endpoint(box.key, net_name, p) for p in net.exposed(net_name)]
+
+    def _find_endpoint(self, key: SandboxKey, port: int) -> Endpoint | None:
+        return self.net.find_endpoint(key, port) if self.net.expose else None
+
     # -- carrier http -----------------------------------------------------------------
 
     def _agent_url(self, box: _Box) -> str:
@@ -674,16 +658,8 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 container_id, argv, user=options.user, workdir="/", stdout=False, stderr=False
             )["Id"]
             api.exec_start(exec_id, detach=True)
-        except SandboxError:
-            raise
-        except docker.errors.NotFound:
-            box.dead = True
-            raise SandboxError(
-                ErrorCode.UNAVAILABLE,
-                f"the container of sandbox {box.key.sandbox_id} is gone; acquire it again",
-            ) from None
         except Exception as exc:
-            raise engine_error(exc, "starting the HTTP agent") from None
+            raise self._box_failed(box, exc, "starting the HTTP agent") from None
         return lambda: self._exec_exit_code(exec_id)
 
     def _exec_exit_code(self, exec_id: str) -> int | None:
@@ -718,26 +694,20 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 user=self.options.user,
                 workdir="/",
             )
-        except docker.errors.NotFound:
-            box.dead = True
-            raise SandboxError(
-                ErrorCode.UNAVAILABLE,
-                f"the container of sandbox {box.key.sandbox_id} is gone; acquire it again",
-            ) from None
-        except docker.errors.APIError as exc:
-            if exc.status_code == 409:  # the engine says so; anything else may pass (load)
-                box.dead = True
-                raise SandboxError(
-                    ErrorCode.UNAVAILABLE,
-                    f"the container of sandbox {box.key.sandbox_id} is not running; "
-                    "acquire it again",
-                ) from None
-            raise engine_error(exc, "starting the agent") from None
-        except Exception as exc:  # the engine in trouble: the box is not known dead
-            raise engine_error(exc, "starting the agent") from None
+        except Exception as exc:
+            raise self._box_failed(box, exc, "starting the agent") from None
         box.agent_tag, box.agent_container = tag, container_id
         self._deaths.start()
         return stream
+
+    def _box_failed(self, box: _Box, exc: Exception, doing: str) -> SandboxError:
+        """An engine call into the box failed: the box is dead only when the engine says it
+        is gone or stopped; anything else (an engine under load) may pass."""
+        said = box_state_error(exc, f"the container of sandbox {box.key.sandbox_id}")
+        if said is None:
+            return engine_error(exc, doing)
+        box.dead = True
+        return said
 
     def _agent_ended(self, box: _Box) -> None:
         box.agent_tag = None  # it ends at the EOF: the next channel need not kill it

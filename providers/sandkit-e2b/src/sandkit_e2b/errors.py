@@ -42,7 +42,8 @@ def is_gone(exc: BaseException) -> bool:
 
 
 def service_error(exc: BaseException, doing: str) -> SandboxError:
-    """Classify an exception raised by the E2B SDK while `doing` something."""
+    """Classify an exception raised by the E2B SDK while `doing` something (a
+    `SandboxError` passes unchanged, so callers need no clause of their own for it)."""
     if isinstance(exc, SandboxError):
         return exc
     names = _names(exc)

@@ -458,8 +458,6 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
                 raise SandboxError(ErrorCode.UNAVAILABLE, f"sandbox {key.sandbox_id} is gone")
             try:
                 change(box.sdk)
-            except SandboxError:
-                raise
             except Exception as exc:
                 raise service_error(exc, doing) from None
 
@@ -703,8 +701,6 @@ class E2BProvider(BoxProvider[_Box, E2BOptions]):
                 request_timeout=self.options.request_timeout_s,
             )
             apply_archive(chunks, layout.data_root, mounts)
-        except SandboxError:
-            raise
         except Exception as exc:
             raise service_error(exc, "copying the thread's files back") from None
 

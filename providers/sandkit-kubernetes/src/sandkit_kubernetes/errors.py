@@ -41,7 +41,8 @@ def api_message(exc: BaseException) -> str:
 
 
 def api_error(exc: BaseException, doing: str, mask: Masker = _identity) -> SandboxError:
-    """Classify an exception raised by the kubernetes client while `doing` something."""
+    """Classify an exception raised by the kubernetes client while `doing` something (a
+    `SandboxError` passes unchanged, so callers need no clause of their own for it)."""
     if isinstance(exc, SandboxError):
         return exc
     from kubernetes.client.exceptions import ApiException

@@ -262,8 +262,6 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
                 label_selector=owner_selector(self.options),
                 _request_timeout=self._timeout,
             )
-        except SandboxError:
-            raise
         except Exception as exc:
             raise api_error(exc, "listing pods") from None
         return list(pods.items)
@@ -394,8 +392,6 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             pods = self.core.list_namespaced_pod(
                 self.options.namespace, label_selector=selector, _request_timeout=self._timeout
             )
-        except SandboxError:
-            raise
         except Exception as exc:
             raise api_error(exc, "listing pods") from None
         return list(pods.items)
@@ -411,8 +407,6 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             if exc.status == 404:
                 return None
             raise api_error(exc, f"reading pod {name}") from None
-        except SandboxError:
-            raise
         except Exception as exc:
             raise api_error(exc, f"reading pod {name}") from None
 
@@ -432,8 +426,6 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             if exc.status in (404, 409):  # gone already, or another pod by now
                 return
             raise api_error(exc, f"deleting pod {name}") from None
-        except SandboxError:
-            raise
         except Exception as exc:
             raise api_error(exc, f"deleting pod {name}") from None
 
@@ -525,8 +517,6 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         except ApiException as exc:
             if exc.status != 409:
                 raise api_error(exc, f"creating pod {name}", mask) from None
-        except SandboxError:
-            raise
         except Exception as exc:
             raise api_error(exc, f"creating pod {name}", mask) from None
         pod = self._read_pod_named(name)
@@ -594,8 +584,6 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
                         ErrorCode.UNAVAILABLE, f"pod {name} was deleted while starting"
                     ) from None
                 pod = fresh
-            except SandboxError:
-                raise
             except Exception as exc:
                 raise api_error(exc, f"watching pod {name}") from None
             finally:
@@ -787,8 +775,6 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             raise SandboxError(
                 ErrorCode.UNAVAILABLE, f"starting the agent in pod {name}: {exc}{hint}"[:2000]
             ) from None
-        except SandboxError:
-            raise
         except Exception as exc:  # the API server in trouble: the box is not known dead
             raise api_error(exc, f"starting the agent in pod {name}") from None
 
