@@ -52,6 +52,7 @@ from .layout import box_mapping
 from .options import BoxOptions
 from .payload import RG_PATH, Payload, build_payload
 from .pool import Claim, WarmPool, pool_key
+from .poolstorage import pool_layout, pool_root
 from .reaper import IdleReaper
 from .sandbox import BoxSandbox
 from .sweep import failed, sweep, with_retries
@@ -180,6 +181,13 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
         raise SandboxError(ErrorCode.INVALID_ARGUMENT, f"{self.name} has no carrier http")
 
     # warm pools (supports_pool = True) --------------------------------------------------
+
+    def _pool_root(self) -> Path:
+        """Where this owner's pool boxes keep their storage on the host (poolstorage.py)."""
+        return pool_root(self.settings, self.owner)
+
+    def _pool_layout(self, slot: str) -> ThreadLayout:
+        return pool_layout(self.settings, self.owner, slot)
 
     def _pool_slots(self) -> list[str]:
         """Slots of this owner's pool boxes that run and are not claimed (any instance's)."""

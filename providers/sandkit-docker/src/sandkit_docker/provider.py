@@ -19,7 +19,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -36,8 +35,6 @@ from sandkit.boxkit import (
     end_tagged_argv,
     host_copy,
     http_agent,
-    pool_layout,
-    pool_root,
     prepare_host_dirs,
     retire_storage,
     storage_identity,
@@ -224,12 +221,6 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         return sum(1 for c in found if LABEL_ROLE not in (c.get("Labels") or {}))
 
     # -- warm pool ------------------------------------------------------------------
-
-    def _pool_root(self) -> Path:
-        return pool_root(self.settings, self.owner)
-
-    def _pool_layout(self, slot: str) -> ThreadLayout:
-        return pool_layout(self.settings, self.owner, slot)
 
     def _pool_spec(self) -> str:
         kwargs = self._create_kwargs(self._pool_layout("x"), "pool-x", "x")

@@ -34,15 +34,12 @@ from sandkit.boxkit import (
     Claim,
     bootstrap,
     claim_storage,
-    pool_layout,
-    pool_root,
     prepare_host_dirs,
 )
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.net.ports import PortSockets
 from sandkit.network import EgressPolicy, Endpoint
-from sandkit.paths import ThreadLayout
 from sandkit.provider import SandboxKey
 from sandkit.uploads import HostUploads
 
@@ -292,12 +289,6 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         return len([p for p in pods.items if p.metadata.deletion_timestamp is None])
 
     # -- warm pool ----------------------------------------------------------------------
-
-    def _pool_root(self) -> Path:
-        return pool_root(self.settings, self.owner)
-
-    def _pool_layout(self, slot: str) -> ThreadLayout:
-        return pool_layout(self.settings, self.owner, slot)
 
     def _pool_spec(self, slot: str) -> str:
         return spec_digest(pod_manifest(self.options, self._pool_layout(slot), slot))
