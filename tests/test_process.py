@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandkit import SandboxKey, Settings
-from sandkit.local import LocalProvider, hostlimits
+from sandkit.local import LocalProvider, cgroups, hostlimits
 from sandkit.models import ExecuteResult
 from sandkit.runtime import process
 from sandkit.runtime.capture import ELIDED_MARKER, REDACTED, HeadTail, Redactor
@@ -554,7 +554,7 @@ def test_without_cgroups_rlimits_bound_each_command(
     def unavailable(proc_root: str) -> dict[str, str]:
         raise OSError("read-only file system")
 
-    monkeypatch.setattr(hostlimits, "_our_cgroups", unavailable)
+    monkeypatch.setattr(cgroups, "parents", unavailable)
     bounds = hostlimits.create(32, 64 * 1024 * 1024)
     assert bounds.cgroups == ()
     expected = "none" if os.geteuid() == 0 else "rlimit"  # root ignores RLIMIT_NPROC

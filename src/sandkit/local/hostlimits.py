@@ -8,7 +8,8 @@ bounds the number of tasks, the memory limit the memory of all the sandbox's
 commands together (the kernel's OOM killer then picks inside the cgroup).
 Each command starts behind a one-line `sh` launcher that moves itself into
 the cgroup and then execs the command, so nothing it starts is outside;
-`remove()` kills whatever is left in it and deletes it.
+`remove()` kills whatever is left in it and deletes it. The cgroup mechanics
+(finding ours, making one, the launcher, removal) are `cgroups`'.
 
 cgroup v1 (a hierarchy per controller) and v2 (one unified hierarchy) are
 both understood. Where no cgroup can be made (a read-only cgroup fs, no
@@ -21,19 +22,15 @@ space merely reserved, which the JVM, Go and V8 reserve plenty of).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import errno
 import os
 import re
 import secrets
-import shlex
-import signal
-import time
 from collections.abc import Callable
 from typing import Any
 
 from ..runtime.context import BOUNDS_FAILED
+from . import cgroups
 
 resource: Any
 try:
@@ -42,9 +39,7 @@ except ImportError:  # not Unix: no rlimits to set
     resource = None
 
 PREFIX = "sandkit-"
-LAUNCHER_SHELL = "/bin/sh"
 _STALE = re.compile(r"^sandkit-(\d+)-[0-9a-f]+$")
-_KILL_ROUNDS_S = 3.0  # how long remove() keeps killing and retrying rmdir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,12 +81,7 @@ class ProcessBounds:
             if not self.memory_by_cgroup:
                 limits.append((resource.RLIMIT_DATA, self.memory_bytes))
             limits = [(which, _capped(which, value)) for which, value in limits]
-        if self.cgroups:
-            procs = [shlex.quote(os.path.join(d, "cgroup.procs")) for d in self.cgroups]
-            joins = " && ".join(f"echo $$ > {path}" for path in procs)
-            failed = f"{{ echo {shlex.quote(BOUNDS_FAILED)} >&2; exit 126; }}"
-            script = f'{{ {joins}; }} 2>/dev/null || {failed}; exec "$@"'
-            argv = [LAUNCHER_SHELL, "-c", script, "sandkit-launch", *argv]
+        argv = [*cgroups.launcher(self.cgroups, BOUNDS_FAILED), *argv]
         if not limits:
             return argv, None
 
@@ -104,7 +94,7 @@ class ProcessBounds:
     def remove(self) -> None:
         """Kill every process left in the cgroups and delete them (idempotent)."""
         for path in self.cgroups:
-            _remove_cgroup(path)
+            cgroups.remove(path)  # one still busy is left for the next sweep
 
 
 def _capped(which: int, value: int) -> int:
@@ -139,164 +129,18 @@ def create(max_processes: int, memory_bytes: int, proc_root: str = "/proc") -> P
     """Bounds for one sandbox: its own cgroup where one can be made, rlimits otherwise."""
     plain = ProcessBounds(max_processes, memory_bytes)
     try:
-        places = _our_cgroups(proc_root)
+        for parent in set(cgroups.parents(proc_root).values()):
+            _sweep_stale(parent)
+        made = cgroups.make(
+            f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}", max_processes, memory_bytes, proc_root
+        )
     except (OSError, ValueError):
         return plain
-    name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-    by_parent: dict[str, list[str]] = {}
-    for controller, parent in sorted(places.items()):
-        by_parent.setdefault(parent, []).append(controller)
-    made: list[str] = []
-    pids = memory = False
-    for parent, controllers in sorted(by_parent.items()):
-        v2 = os.path.exists(os.path.join(parent, "cgroup.subtree_control"))
-        if v2:
-            controllers = [c for c in controllers if _v2_delegate(parent, c)]
-        if not controllers:
-            continue
-        try:
-            path = _make(parent, name)
-        except OSError:
-            continue  # read-only or not ours to write
-        made.append(path)
-        got_pids, got_memory = _limit(path, controllers, max_processes, memory_bytes, v2)
-        pids, memory = pids or got_pids, memory or got_memory
-    if not (pids or memory):
-        for path in made:
-            _remove_cgroup(path)
+    if not (made.pids or made.memory):
+        for path in made.paths:
+            cgroups.remove(path)
         return plain
-    return ProcessBounds(max_processes, memory_bytes, tuple(made), pids, memory)
-
-
-def _our_cgroups(proc_root: str) -> dict[str, str]:
-    """Directory of our own cgroup for `pids` and `memory` (the same one under v2)."""
-    with open(os.path.join(proc_root, "self", "cgroup")) as f:
-        memberships = [line.rstrip("\n").split(":", 2) for line in f if line.strip()]
-    with open(os.path.join(proc_root, "self", "mountinfo")) as f:
-        mounts = [line.split() for line in f]
-    v1: dict[str, tuple[str, str]] = {}  # controller -> (mount root, mount point)
-    v2: tuple[str, str] | None = None
-    for fields in mounts:
-        sep = fields.index("-")
-        fstype, options = fields[sep + 1], fields[sep + 3].split(",")
-        root, point = _unescape(fields[3]), _unescape(fields[4])
-        if fstype == "cgroup":
-            for controller in ("pids", "memory"):
-                if controller in options:
-                    v1[controller] = (root, point)
-        elif fstype == "cgroup2" and v2 is None:
-            v2 = (root, point)
-    found: dict[str, str] = {}
-    for hierarchy, controllers, path in memberships:
-        if hierarchy == "0" and controllers == "" and v2 is not None:
-            where = _join(v2, path)
-            if where is not None:
-                try:
-                    with open(os.path.join(where, "cgroup.controllers")) as f:
-                        available = f.read().split()
-                except OSError:
-                    continue
-                for controller in ("pids", "memory"):
-                    if controller in available and controller not in v1:
-                        found[controller] = where
-            continue
-        for controller in controllers.split(","):
-            if controller in v1:
-                where = _join(v1[controller], path)
-                if where is not None:
-                    found[controller] = where
-    return found
-
-
-def _join(mount: tuple[str, str], path: str) -> str | None:
-    root, point = mount
-    if root == "/":
-        return point + path if path != "/" else point
-    if path == root or path.startswith(root.rstrip("/") + "/"):
-        return point + path[len(root.rstrip("/")) :]
-    return None  # our cgroup is not visible through this mount
-
-
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def _v2_delegate(parent: str, controller: str) -> bool:
-    """Is `controller` enabled for children of `parent` (enabling it if we may)?"""
-    control = os.path.join(parent, "cgroup.subtree_control")
-    try:
-        with open(control) as f:
-            if controller in f.read().split():
-                return True
-        with open(control, "w") as f:  # EBUSY when our own cgroup holds processes
-            f.write("+" + controller)
-        return True
-    except OSError:
-        return False
-
-
-def _make(parent: str, name: str) -> str:
-    _sweep_stale(parent)
-    path = os.path.join(parent, name)
-    os.mkdir(path)
-    return path
-
-
-def _limit(
-    path: str, controllers: list[str], processes: int, memory: int, v2: bool
-) -> tuple[bool, bool]:
-    """Write the limits; which of them took."""
-    pids = "pids" in controllers and _write(path, "pids.max", processes)
-    got_memory = False
-    if "memory" in controllers:
-        if v2:
-            got_memory = _write(path, "memory.max", memory)
-            _write(path, "memory.swap.max", 0)  # no swap: the limit is a real one
-        else:
-            got_memory = _write(path, "memory.limit_in_bytes", memory)
-            _write(path, "memory.memsw.limit_in_bytes", memory)  # with swap accounting only
-    return pids, got_memory
-
-
-def _write(path: str, name: str, value: int) -> bool:
-    try:
-        with open(os.path.join(path, name), "w") as f:
-            f.write(str(value))
-        return True
-    except OSError:
-        return False
-
-
-# -- removing it ------------------------------------------------------------------------
-
-
-def _members(path: str) -> list[int]:
-    try:
-        with open(os.path.join(path, "cgroup.procs")) as f:
-            return [int(line) for line in f if line.strip()]
-    except OSError:
-        return []
-
-
-def _remove_cgroup(path: str) -> None:
-    """Kill everything in `path` (a fork bomb refills it: repeat) and rmdir it."""
-    end = time.monotonic() + _KILL_ROUNDS_S
-    killer = os.path.join(path, "cgroup.kill")  # v2, Linux >= 5.14: atomic
-    while True:
-        if os.path.exists(killer):
-            _write(path, "cgroup.kill", 1)
-        for pid in _members(path):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        try:
-            os.rmdir(path)
-            return
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
-                return
-            if exc.errno != errno.EBUSY or time.monotonic() > end:
-                return  # left for the next sweep of stale cgroups
-        time.sleep(0.01)
+    return ProcessBounds(max_processes, memory_bytes, made.paths, made.pids, made.memory)
 
 
 def _sweep_stale(parent: str) -> None:
@@ -313,6 +157,6 @@ def _sweep_stale(parent: str) -> None:
             os.kill(int(match.group(1)), 0)
             continue  # that provider still runs
         except ProcessLookupError:
-            _remove_cgroup(os.path.join(parent, name))
+            cgroups.remove(os.path.join(parent, name))
         except OSError:
             continue

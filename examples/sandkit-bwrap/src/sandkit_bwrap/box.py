@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import fcntl
 import io
 import json
 import os
 import select
-import shlex
 import shutil
 import signal
 import subprocess
@@ -34,13 +32,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from sandkit.errors import ErrorCode, SandboxError
+from sandkit.local import cgroups
 
 # The environment of bwrap, nsenter and the agent: nothing of the provider's own.
 ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 STATE_FILE = "box.json"
 KILL_WAIT_S = 3.0
-CONTROLLERS = ("pids", "memory")
-OPTIONAL = {"memory.memsw.limit_in_bytes", "memory.swap.max"}
+CGROUP_PREFIX = "bwrap-"
 
 
 def unavailable(message: str) -> SandboxError:
@@ -246,135 +244,54 @@ def kill_box(state: BoxState | None, cgroups: Sequence[str]) -> None:
         remove_cgroup(path)
 
 
-# -- cgroups -----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Hierarchy:
-    """This process's own cgroup in a hierarchy that has some of CONTROLLERS."""
-
-    parent: str
-    v2: bool
-    controllers: tuple[str, ...]
-
-
-def hierarchies() -> list[Hierarchy]:
-    """cgroup v1 (a hierarchy per controller) or v2 (one unified hierarchy), or both."""
-    mounts: dict[str, tuple[str, str]] = {}  # controller ("" for v2) -> (mount point, root)
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fields, kind = left.split(), right.split()
-        if len(fields) < 5 or len(kind) < 3:
-            continue
-        point = fields[4].replace("\\040", " ")
-        if kind[0] == "cgroup2":
-            mounts.setdefault("", (point, fields[3]))
-        elif kind[0] == "cgroup":
-            for option in kind[2].split(","):
-                if option in CONTROLLERS:
-                    mounts.setdefault(option, (point, fields[3]))
-    found = []
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, names, path = line.split(":", 2)
-        wanted = tuple(c for c in names.split(",") if c in mounts and c in CONTROLLERS)
-        v2 = names == "" and "" in mounts
-        if not wanted and not v2:
-            continue
-        point, root = mounts[wanted[0] if wanted else ""]
-        parent = os.path.normpath(os.path.join(point, os.path.relpath(path, root)))
-        if v2:
-            available = Path(parent, "cgroup.controllers").read_text().split()
-            wanted = tuple(c for c in CONTROLLERS if c in available and c not in mounts)
-            if not wanted:
-                continue
-        found.append(Hierarchy(parent, v2, wanted))
-    return found
+# -- cgroups (sandkit.local.cgroups: the core's, which the local provider uses too) -------
 
 
 def cgroup_paths(name: str) -> list[str]:
     """Where the box `name`'s cgroups are (whether they exist or not)."""
-    try:
-        return [os.path.join(h.parent, f"bwrap-{name}") for h in hierarchies()]
-    except OSError:
-        return []
+    return cgroups.paths(CGROUP_PREFIX + name)
+
+
+def cgroup_boxes() -> set[str]:
+    """Names of the boxes that have a cgroup (found even when their state dir is lost)."""
+    names: set[str] = set()
+    with contextlib.suppress(OSError, ValueError):
+        for parent in set(cgroups.parents().values()):
+            with contextlib.suppress(OSError):
+                entries = os.listdir(parent)
+                names |= {e[len(CGROUP_PREFIX) :] for e in entries if e.startswith(CGROUP_PREFIX)}
+    return names
 
 
 def make_cgroups(name: str, pids: int, memory: int) -> tuple[str, ...]:
-    """A cgroup per hierarchy for the box, under this process's own (every limit above it
-    still holds), with pids.max and the memory limit (no swap)."""
-    made: list[str] = []
+    """A cgroup per hierarchy for the box, with pids.max and the memory limit (no swap):
+    both must take, or the box would run unbounded."""
     try:
-        found = hierarchies()
-        missing = set(CONTROLLERS) - {c for h in found for c in h.controllers}
-        if missing:
-            raise OSError(f"no {' and '.join(sorted(missing))} controller here")
-        for h in found:
-            path = Path(h.parent, f"bwrap-{name}")
-            remove_cgroup(str(path))  # a crashed provider's: it may hold processes
-            if h.v2:
-                control = Path(h.parent, "cgroup.subtree_control")
-                enabled = control.read_text().split()
-                needed = " ".join(f"+{c}" for c in h.controllers if c not in enabled)
-                if needed:
-                    control.write_text(needed)
-            path.mkdir()
-            made.append(str(path))
-            values: list[tuple[str, int]] = []
-            if "pids" in h.controllers and pids:
-                values.append(("pids.max", pids))
-            if "memory" in h.controllers and memory:
-                if h.v2:
-                    values += [("memory.max", memory), ("memory.swap.max", 0)]
-                else:
-                    values += [("memory.limit_in_bytes", memory)]
-                    values += [("memory.memsw.limit_in_bytes", memory)]
-            for file, value in values:
-                target = path / file
-                if file in OPTIONAL and not target.exists():
-                    continue  # no swap accounting: then there is no swap to limit either
-                target.write_text(str(value))
-    except (OSError, SandboxError) as exc:
-        for path_made in made:
-            with contextlib.suppress(SandboxError):
-                remove_cgroup(path_made)
-        raise unavailable(
-            f"cannot give the box a cgroup of its own ({exc}); run the provider where it may "
-            "create cgroups below its own (root with cgroup v1, or a v2 cgroup that delegates "
-            "pids and memory), or set providers.bwrap.cgroup: false to run boxes unbounded"
-        ) from None
-    return tuple(made)
+        made = cgroups.make(CGROUP_PREFIX + name, pids, memory)
+        missing = [c for c, took in (("pids", made.pids), ("memory", made.memory)) if not took]
+        if not missing:
+            return made.paths
+        for path in made.paths:
+            cgroups.remove(path)
+        reason = f"no {' and '.join(missing)} controller here"
+    except (OSError, ValueError) as exc:
+        reason = str(exc)
+    raise unavailable(
+        f"cannot give the box a cgroup of its own ({reason}); run the provider where it may "
+        "create cgroups below its own (root with cgroup v1, or a v2 cgroup that delegates "
+        "pids and memory), or set providers.bwrap.cgroup: false to run boxes unbounded"
+    )
 
 
 def remove_cgroup(path: str) -> None:
     """Kill every process in the cgroup and delete it (idempotent)."""
-    deadline = time.monotonic() + KILL_WAIT_S
-    while True:
-        try:
-            kill = Path(path, "cgroup.kill")
-            if kill.exists():
-                kill.write_text("1")
-            else:
-                for pid in Path(path, "cgroup.procs").read_text().split():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(pid), signal.SIGKILL)
-            os.rmdir(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                raise unavailable(f"cannot remove the box's cgroup: {exc}") from None
-        time.sleep(0.01)
+    if not cgroups.remove(path, KILL_WAIT_S):
+        raise unavailable("cannot remove the box's cgroup: processes keep it busy")
 
 
-def join_cgroups(cgroups: Sequence[str]) -> list[str]:
-    """A one-line sh launcher that moves itself into `cgroups`, then execs the command:
-    what it starts is inside from its first instruction."""
-    if not cgroups:
-        return []
-    joins = " && ".join(f"echo $$ > {shlex.quote(c + '/cgroup.procs')}" for c in cgroups)
-    failed = "{ echo 'sandkit-bwrap: cannot join the box cgroup' >&2; exit 126; }"
-    return ["/bin/sh", "-c", f'{{ {joins}; }} 2>/dev/null || {failed}; exec "$@"', "sandkit-join"]
+def join_cgroups(paths: Sequence[str]) -> list[str]:
+    """The launcher that moves itself into the box's cgroups, then execs the command."""
+    return cgroups.launcher(list(paths), "sandkit-bwrap: cannot join the box cgroup")
 
 
 # -- can this host run boxes? ------------------------------------------------------------

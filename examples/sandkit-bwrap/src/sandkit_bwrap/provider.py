@@ -168,13 +168,7 @@ class BwrapProvider(BoxProvider[_Box, BwrapOptions]):
         names: set[str] = set()
         with contextlib.suppress(FileNotFoundError):
             names |= {p.name for p in self.state_root.iterdir() if self._names.fullmatch(p.name)}
-        with contextlib.suppress(OSError):
-            for h in host.hierarchies():
-                with contextlib.suppress(OSError):
-                    for entry in os.listdir(h.parent):
-                        name = entry.removeprefix("bwrap-")
-                        if entry != name and self._names.fullmatch(name):
-                            names.add(name)
+        names |= {name for name in host.cgroup_boxes() if self._names.fullmatch(name)}
         return sorted(names)
 
     def _shut_box(self, handle: str) -> None:
