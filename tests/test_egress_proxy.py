@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import http.server
 import json
-import os
 import socket
 import ssl
 import threading
@@ -26,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from sandkit.net import relay
+from sandkit.net import relay, state
 from sandkit.net.cli import control
-from sandkit.net.policy import Decision
+from sandkit.net.policy import Decision, PolicyError
 from sandkit.net.proxy import (
     BadRequest,
     EgressProxy,
@@ -130,17 +129,16 @@ class Running:
             self.loop.run_until_complete(self.proxy.serve_forever())
 
     def box(self, name: str, policy: dict[str, Any]) -> Path:
-        directory = self.root / "boxes" / name
-        (directory / "egress").mkdir(parents=True, exist_ok=True)
-        tmp = directory / "policy.json.tmp"
-        tmp.write_text(json.dumps(policy))
-        os.replace(tmp, directory / "policy.json")
-        return directory / "egress" / "egress.sock"
+        """A box's policy written by the providers' writer; the proxy's socket for it."""
+        egress = Path(state.box_dir(self.root, name), state.EGRESS)
+        egress.mkdir(parents=True, exist_ok=True)
+        state.write_policy(self.root, name, policy)
+        return egress / state.SOCKET
 
     def start(self) -> None:
         self.thread.start()
         deadline = time.monotonic() + BOUND_S
-        while not (self.root / "control.sock").exists():
+        while not (self.root / state.CONTROL).exists():
             assert time.monotonic() < deadline, "the proxy did not start"
             time.sleep(0.02)
 
@@ -179,7 +177,7 @@ def _free_port() -> int:
 def running(tmp_path: Path) -> Iterator[Running]:
     root = tmp_path / "net"
     root.mkdir()
-    (root / "proxy.json").write_text(json.dumps({"hosts": {}, "denied": []}))
+    state.write_json(root / state.CONFIG, {"hosts": {}, "denied": []})
     proxy = Running(root)
     yield proxy
     proxy.stop()
@@ -374,9 +372,21 @@ def test_boxes_are_told_apart_by_their_socket(running: Running, upstream: int) -
     assert ask(allowed).startswith(b"HTTP/1.1 200")
     assert ask(closed).startswith(b"HTTP/1.1 403 sandkit egress: egress is off")
     # A box removed from the state dir loses its socket.
-    (closed.parent.parent / "policy.json").unlink()
+    state.remove_policy(running.root, "closed")
     running.sync()
     assert not closed.exists() or not _connects(closed)
+
+
+def test_a_malformed_policy_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """The proxy would enforce nothing for a box whose policy it cannot read; the writer
+    refuses it instead, and the box's previous policy stays in force."""
+    state.write_policy(tmp_path, "box", ALLOW)
+    for bad in ({"mode": "sometimes"}, {"mode": "allow", "allow": ["not a host!"]}):
+        with pytest.raises(PolicyError):
+            state.write_policy(tmp_path, "box", bad)
+    assert state.read_json(state.policy_file(tmp_path, "box")) == ALLOW
+    state.write_policy(tmp_path, "box", ALLOW, address="10.0.0.7")  # TCP mode: its identity
+    assert state.read_json(state.policy_file(tmp_path, "box"))["address"] == "10.0.0.7"
 
 
 def _connect(client: socket.socket, path: Path) -> None:

@@ -618,6 +618,25 @@ def test_cgroup_v2_discovery_enables_the_controllers_for_children(tmp_path: Path
     assert Path(made, "memory.swap.max").read_text() == "0"
 
 
+def test_a_named_cgroup_replaces_a_leftover_of_its_name(tmp_path: Path) -> None:
+    """A provider whose boxes have stable names (examples/sandkit-bwrap) finds the cgroup a
+    crashed run left under the same name: it goes, and the new one gets the limits."""
+    ours = tmp_path / "cg" / "app"
+    ours.mkdir(parents=True)
+    (ours / "cgroup.controllers").write_text("memory pids\n")
+    (ours / "cgroup.subtree_control").write_text("memory pids\n")
+    proc = _fake_proc(tmp_path, "0::/app\n", [f"25 1 0:22 / {tmp_path}/cg rw - cgroup2 cgroup2 rw"])
+    leftover = ours / "box-1"
+    leftover.mkdir()  # (an empty cgroup: rmdir takes it, as the kernel's does)
+    assert cgroups.paths("box-1", proc) == [str(leftover)]
+    made = cgroups.make("box-1", 0, 1 << 20, proc)
+    assert made == cgroups.Made((str(leftover),), pids=True, memory=True)  # 0: no pids limit
+    assert not (leftover / "pids.max").exists()
+    assert (leftover / "memory.max").read_text() == str(1 << 20)
+    assert cgroups.launcher((), "never shown") == []
+    assert cgroups.remove(str(tmp_path / "never-made"))
+
+
 def test_a_cgroup_outside_the_mounted_hierarchy_means_rlimits(tmp_path: Path) -> None:
     proc = _fake_proc(
         tmp_path,
