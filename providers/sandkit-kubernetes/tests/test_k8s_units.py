@@ -431,3 +431,42 @@ def test_the_egress_proxy_pod_is_hardened_and_not_a_box() -> None:
         {"from": [{"podSelector": {"matchLabels": {LABEL_OWNER: "acme"}}}], "ports": port}
     ]
     assert proxy["spec"]["policyTypes"] == ["Ingress"]  # its own way out is the namespace's
+
+
+def _event(reason: str, kind: str = "Warning", count: int = 1, uid: str = "e1") -> Any:
+    from types import SimpleNamespace
+
+    meta = SimpleNamespace(uid=uid, name=uid)
+    return SimpleNamespace(type=kind, reason=reason, message="m", count=count, metadata=meta)
+
+
+def test_a_start_failure_event_is_a_verdict_only_once_it_stays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kubelet retries a mount: one FailedMount a retry clears (seen in CI: the node
+    authorizer did not know the pod yet) must not fail the start; a failure repeated by
+    the retry, or one that stands EVENT_FAILURE_GRACE_S, does; progress after it does not."""
+    from types import SimpleNamespace
+
+    from sandkit_kubernetes import provider as kube
+
+    events: list[Any] = []
+    stub = SimpleNamespace(_events=lambda pod: events)
+
+    def failure(seen: dict[str, float]) -> str:
+        return kube.KubernetesProvider._event_failure(stub, None, seen)  # type: ignore[arg-type]
+
+    events[:] = [_event("Scheduled", "Normal"), _event("FailedMount")]
+    seen: dict[str, float] = {}
+    assert failure(seen) == ""  # first sight: the retry may clear it
+    events[:] = [_event("FailedMount", count=2)]
+    assert failure(seen) == "FailedMount: m"  # the retry failed again
+    events[:] = [_event("FailedMount"), _event("Pulled", "Normal", uid="e2")]
+    assert failure({}) == ""  # the kubelet moved on after it
+    clock = [1000.0]
+    monkeypatch.setattr(kube.time, "monotonic", lambda: clock[0])
+    events[:] = [_event("FailedCreatePodSandBox", uid="e3")]
+    seen = {}
+    assert failure(seen) == ""
+    clock[0] += kube.EVENT_FAILURE_GRACE_S
+    assert failure(seen) == "FailedCreatePodSandBox: m"  # it stood: no retry came

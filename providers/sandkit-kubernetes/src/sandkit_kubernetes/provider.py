@@ -78,8 +78,11 @@ START_FAILURES = frozenset(
         "CrashLoopBackOff",
     }
 )
-# Pod events that mean a pending pod will not start (checked while waiting).
+# Pod events that mean a pending pod will not start (checked while waiting), once the
+# kubelet's retry failed again or the event has stood this long: a retry clears a passing
+# one (a claim bound a moment later, a node authorizer that did not know the pod yet).
 EVENT_FAILURES = frozenset({"FailedMount", "FailedAttachVolume", "FailedCreatePodSandBox"})
+EVENT_FAILURE_GRACE_S = 20.0
 WATCH_SLICE_S = 3.0
 HANDSHAKE_TIMEOUT_S = 60.0
 GREETING_TIMEOUT_S = 20.0  # the first byte of a fresh exec (see _exec_boot)
@@ -523,6 +526,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         name = pod.metadata.name
         started = time.monotonic()
         deadline = started + self.options.start_timeout_s
+        failures_seen: dict[str, float] = {}
         while True:
             verdict = self._verdict(pod, started, mask)
             if verdict is True:
@@ -539,7 +543,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
                     ),
                 )
             if time.monotonic() - started > WATCH_SLICE_S:
-                failure = self._event_failure(pod)
+                failure = self._event_failure(pod, failures_seen)
                 if failure:
                     raise SandboxError(
                         ErrorCode.UNAVAILABLE, mask(f"pod {name} cannot start: {failure}")
@@ -640,10 +644,19 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
             return []
         return sorted(events.items, key=lambda e: str(e.last_timestamp or e.event_time or ""))
 
-    def _event_failure(self, pod: Any) -> str:
-        for event in reversed(self._events(pod)):
-            if event.type == "Warning" and event.reason in EVENT_FAILURES:
-                return f"{event.reason}: {event.message}"
+    def _event_failure(self, pod: Any, seen: dict[str, float]) -> str:
+        """Why the pod will not start, when its latest event says so for good: a failure
+        (EVENT_FAILURES) repeated by the kubelet's retry, or standing EVENT_FAILURE_GRACE_S
+        since `seen` first met it. A failure followed by progress is no verdict."""
+        events = self._events(pod)
+        if not events or events[-1].type != "Warning" or events[-1].reason not in EVENT_FAILURES:
+            return ""
+        event = events[-1]
+        first = seen.setdefault(str(event.metadata.uid or event.metadata.name), time.monotonic())
+        series = getattr(event, "series", None)
+        repeated = max(event.count or 1, getattr(series, "count", None) or 1) >= 2
+        if repeated or time.monotonic() - first >= EVENT_FAILURE_GRACE_S:
+            return f"{event.reason}: {event.message}"
         return ""
 
     def _last_warning(self, pod: Any) -> str:
