@@ -468,5 +468,8 @@ def test_a_start_failure_event_is_a_verdict_only_once_it_stays(
     events[:] = [_event("FailedCreatePodSandBox", uid="e3")]
     seen = {}
     assert failure(seen) == ""
-    clock[0] += kube.EVENT_FAILURE_GRACE_S
-    assert failure(seen) == "FailedCreatePodSandBox: m"  # it stood: no retry came
+    clock[0] += kube.EVENT_FAILURE_GRACE_S / 2
+    events[:] = [_event("FailedMount", uid="e4")]  # another failure, not a repeat: no progress
+    assert failure(seen) == ""
+    clock[0] += kube.EVENT_FAILURE_GRACE_S / 2
+    assert failure(seen) == "FailedMount: m"  # failures stood the grace: no retry cleared them

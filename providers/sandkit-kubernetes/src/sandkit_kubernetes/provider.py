@@ -646,13 +646,15 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
 
     def _event_failure(self, pod: Any, seen: dict[str, float]) -> str:
         """Why the pod will not start, when its latest event says so for good: a failure
-        (EVENT_FAILURES) repeated by the kubelet's retry, or standing EVENT_FAILURE_GRACE_S
-        since `seen` first met it. A failure followed by progress is no verdict."""
+        (EVENT_FAILURES) repeated by the kubelet's retry, or failures standing for
+        EVENT_FAILURE_GRACE_S (`seen` keeps since when). A failure followed by progress is
+        no verdict."""
         events = self._events(pod)
         if not events or events[-1].type != "Warning" or events[-1].reason not in EVENT_FAILURES:
+            seen.pop("since", None)
             return ""
         event = events[-1]
-        first = seen.setdefault(str(event.metadata.uid or event.metadata.name), time.monotonic())
+        first = seen.setdefault("since", time.monotonic())
         series = getattr(event, "series", None)
         repeated = max(event.count or 1, getattr(series, "count", None) or 1) >= 2
         if repeated or time.monotonic() - first >= EVENT_FAILURE_GRACE_S:
