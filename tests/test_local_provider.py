@@ -329,3 +329,34 @@ def test_local_provider_is_registered() -> None:
     with pytest.raises(SandboxError) as info:
         create_provider("no-such-provider")
     assert info.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_host_with_descriptors_above_1023_still_greps_and_executes(
+    make_local: MakeLocal,
+) -> None:
+    """The local provider runs in the host's process, whose descriptors a server may have
+    numbered past select()'s 1023: a command's or ripgrep's pipes get such numbers then."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"the hard limit on open files ({hard}) is below {wanted}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        sandbox = make_local(execute_enabled=True).acquire(SandboxKey("u", "fds"))
+        sandbox.write_file(f"{WS}/a.txt", "needle\n")
+        assert sandbox.grep("needle").matches[0].path == f"{WS}/a.txt"
+        # The second and later run in a shell started ahead (readyshell.py), handed over
+        # through pipes with such numbers too.
+        for word in ("one", "two", "three"):
+            assert sandbox.execute(f"echo {word}").stdout == f"{word}\n"
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

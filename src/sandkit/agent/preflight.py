@@ -31,6 +31,7 @@ REQUIRED = (
     "inspect",
     "io",
     "json",
+    "math",
     "os",
     "pkgutil",
     "posixpath",

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import selectors
 import signal
 import subprocess
 import time
 
-from . import readyshell
+from . import fdwait, readyshell
 from .cancel import Cancel, Cancelled
 from .capture import HeadTail, Redactor, margin_for
 from .context import BOUNDS_FAILED, Context
@@ -203,7 +202,7 @@ class Pipes:
                 return
             if self._wake:
                 # Level-triggered: an exited child's pidfd stays readable.
-                select.select(self._wake, [], [], min(until - now, _POLL_S))
+                fdwait.readable(self._wake, min(until - now, _POLL_S))
             else:  # no pidfd: poll, soon at first (most exits are visible within 1 ms)
                 time.sleep(min(pause, until - now))
                 pause = min(pause * 2, _POLL_S)

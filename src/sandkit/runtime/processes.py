@@ -21,13 +21,12 @@ import collections
 import contextlib
 import os
 import secrets
-import select
 import signal
 import subprocess
 import threading
 import time
 
-from . import process
+from . import fdwait, process
 from .context import Context
 from .errors import ErrorCode, SandboxError
 from .streaming import StreamCleaner
@@ -449,7 +448,7 @@ def _write_bounded(entry: _Process, pipe: Any, data: bytes) -> None:
                 "%s read nothing from its stdin for %g s: %d of %d bytes were written"
                 % (entry.handle, STDIN_STALL_S, written, len(view)),
             )
-        select.select([], [fd], [], left)
+        fdwait.writable(fd, left)
 
 
 def _signal_number(value: Any) -> int:

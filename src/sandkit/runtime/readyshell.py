@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import threading
 import time
 import weakref
+
+from . import fdwait
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class _Ready:
             # Killed meanwhile (a command's `kill` lands late under load), it never says so:
             # its end of the ack pipe closes. No word in time (stopped again): the call's own
             # timeout bounds it, as any command's.
-            if select.select([self._ack], [], [], ACK_WAIT_S)[0]:
+            if fdwait.readable([self._ack], ACK_WAIT_S):
                 return os.read(self._ack, 1) == b"."
             return True
         finally:

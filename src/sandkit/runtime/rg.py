@@ -14,12 +14,12 @@ import base64
 import json
 import os
 import re
-import select
 import shutil
 import subprocess
 import sysconfig
 import time
 
+from . import fdwait
 from .errors import ErrorCode, SandboxError
 from .ignore import rg_ignore_globs
 
@@ -148,8 +148,7 @@ def run_bounded(
             left = end - time.monotonic()
             if left <= 0:
                 raise SandboxError(ErrorCode.TIMEOUT, "grep took longer than its time limit")
-            ready, _, _ = select.select(open_fds, [], [], left)
-            for fd in ready:
+            for fd in fdwait.readable(open_fds, left):
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
                     open_fds.remove(fd)

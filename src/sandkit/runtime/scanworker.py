@@ -19,14 +19,13 @@ import atexit
 import contextlib
 import json
 import os
-import select
 import subprocess
 import sys
 import threading
 import time
 from types import ModuleType
 
-from . import globbing, ignore, pyscan
+from . import fdwait, globbing, ignore, pyscan
 from .errors import ErrorCode, SandboxError
 
 TYPE_CHECKING = False
@@ -101,8 +100,7 @@ class _Worker:
             left = end - time.monotonic()
             if left <= 0:
                 raise TimeoutError()
-            ready, _, _ = select.select([self.fd], [], [], left)
-            if not ready:
+            if not fdwait.readable([self.fd], left):
                 continue
             chunk = os.read(self.fd, 1 << 20)
             if not chunk:
