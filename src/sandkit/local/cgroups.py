@@ -85,13 +85,22 @@ def paths(name: str, proc_root: str = "/proc") -> list[str]:
         return []
 
 
-def make(name: str, max_processes: int, memory_bytes: int, proc_root: str = "/proc") -> Made:
-    """A cgroup `name` under each of our cgroups, with `pids.max` and the memory limit (no
-    swap) written; a limit of 0 is none. Best effort: a hierarchy we may not write to is
-    passed over, and `Made` says what took. One of that name left by a crashed process
-    (it may hold processes) is removed first. Raises OSError/ValueError like `parents`."""
+def make(
+    name: str,
+    max_processes: int,
+    memory_bytes: int,
+    proc_root: str = "/proc",
+    places: dict[str, str] | None = None,
+) -> Made:
+    """A cgroup `name` under each of our cgroups (`places`: `parents()`, when the caller
+    has it already), with `pids.max` and the memory limit (no swap) written; a limit of 0
+    is none. Best effort: a hierarchy we may not write to is passed over, and `Made` says
+    what took. One of that name left by a crashed process (it may hold processes) is
+    removed first. Raises OSError/ValueError like `parents`."""
+    if places is None:
+        places = parents(proc_root)
     by_parent: dict[str, list[str]] = {}
-    for controller, parent in sorted(parents(proc_root).items()):
+    for controller, parent in sorted(places.items()):
         by_parent.setdefault(parent, []).append(controller)
     made: list[str] = []
     pids = memory = False

@@ -129,11 +129,11 @@ def create(max_processes: int, memory_bytes: int, proc_root: str = "/proc") -> P
     """Bounds for one sandbox: its own cgroup where one can be made, rlimits otherwise."""
     plain = ProcessBounds(max_processes, memory_bytes)
     try:
-        for parent in set(cgroups.parents(proc_root).values()):
+        places = cgroups.parents(proc_root)
+        for parent in set(places.values()):
             _sweep_stale(parent)
-        made = cgroups.make(
-            f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}", max_processes, memory_bytes, proc_root
-        )
+        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        made = cgroups.make(name, max_processes, memory_bytes, proc_root, places)
     except (OSError, ValueError):
         return plain
     if not (made.pids or made.memory):
