@@ -216,6 +216,41 @@ def test_end_of_input_ends_the_agent(raw: Raw, config: Any) -> None:
     assert raw.stream.process.wait(10) == 0
 
 
+def test_an_agent_ended_mid_warm_up_stops_it_first(config: Any, tmp_path: Path) -> None:
+    """A channel closed right after `initialize` (a probe, a client that changed its mind)
+    ends the agent while its warm-up runs. The step in progress is finished and the rest
+    skipped: cut off by the interpreter's shutdown instead, the warm-up left its grep
+    sample in the box's temp directory, and one cut off mid-import crashed the agent
+    (SIGSEGV in sem_wait, about 1 in 1,000 such channels)."""
+    import os
+    import time
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    started = tmp_path / "rg-started"
+    slow_rg = tmp_path / "slow-rg"  # the warm-up's grep is in ripgrep for a second
+    real_rg = config["rg_path"]
+    slow_rg.write_text(f"#!/bin/sh\ntouch '{started}'\nsleep 1\nexec '{real_rg}' \"$@\"\n")
+    slow_rg.chmod(0o755)
+    config["rg_path"] = str(slow_rg)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": str(temp)}
+    stream = SubprocessStream(agent_command(), env=env)
+    try:
+        reader = p.FrameReader(stream.read, 64 * MIB)
+        stream.write(p.frame(p.request(1, "initialize", config)))
+        assert b'"result"' in (reader.next() or b"")
+        deadline = time.monotonic() + 120
+        while not started.exists():
+            assert time.monotonic() < deadline, "the warm-up never ran its grep"
+            time.sleep(0.01)
+        assert [name for name in os.listdir(temp) if name.startswith("sandkit-warm-")]
+        stream.process.stdin.close()  # type: ignore[union-attr]
+        assert stream.process.wait(60) == 0, stream.stderr_tail()
+    finally:
+        stream.close()
+    assert os.listdir(temp) == []
+
+
 FIRST_CALLS = """
 import json, sys, threading
 sys.path.insert(0, sys.argv[1])

@@ -233,4 +233,5 @@ def serve_http(core: AgentCore, host: str, port: int, token: str, workers: int =
         pass
     finally:
         server.server_close()
+        core.close()
     return 0

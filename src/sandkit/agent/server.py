@@ -109,6 +109,7 @@ class AgentCore:
         self._supervisor = supervisor
         self._streams: Dict[Any, Any] = {}
         self.activity = Activity()
+        self._warming: List[threading.Thread] = []
         self.context: Optional[Context] = None
         self._runtime: Any = None
         if context is not None:
@@ -142,12 +143,25 @@ class AgentCore:
         # The operations' modules load on first use, so the answer to initialize does not
         # wait for them; this loads the rest meanwhile (a first grep then costs what a
         # later one does, docs/benchmarks.md).
-        threading.Thread(
+        warming = threading.Thread(
             target=_warm_up,
             args=(context, self.activity),
             name="sandkit-agent-warm",
             daemon=True,
-        ).start()
+        )
+        warming.start()
+        self._warming.append(warming)
+
+    def close(self) -> None:
+        """Stop the warm-up, and the ready shell with a start it may be in, before the
+        program ends. The interpreter's shutdown frees what an import still running on
+        another thread waits on: a warm-up cut off mid-import crashed the agent on exit
+        (SIGSEGV in sem_wait, ~1 in 1,000 stdio channels closed right after initialize)."""
+        self.activity.close()
+        for warming in self._warming:
+            warming.join(WARM_UP_STOP_S)
+        if self.context is not None:
+            self.context.calls.ready.close()
 
     # -- parsing ------------------------------------------------------------
 
@@ -385,6 +399,7 @@ class Activity:
 
     def __init__(self) -> None:
         self._count = 0
+        self._closed = False
         self._changed = threading.Condition()
 
     def enter(self) -> None:
@@ -397,9 +412,16 @@ class Activity:
             self._changed.notify_all()
 
     def wait_quiet(self, timeout: Optional[float] = None) -> bool:
-        """Block until no operation is in flight; False if `timeout` passed first."""
+        """Block until no operation is in flight; False if `timeout` passed first, or once
+        the agent is closing (whoever waits has nothing more to do)."""
         with self._changed:
-            return self._changed.wait_for(lambda: self._count == 0, timeout)
+            quiet = self._changed.wait_for(lambda: self._count == 0 or self._closed, timeout)
+            return quiet and not self._closed
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
 
 
 # How long a thread waits for the interpreter while the warm-up holds it (Python's default
@@ -409,6 +431,9 @@ WARM_UP_SWITCH_S = 0.0002
 # What it goes back to: the interpreter's own, read before any warm-up (two that overlap,
 # after a second `initialize`, must not leave the short one behind).
 _SWITCH_S = sys.getswitchinterval()
+# How long a closing agent waits for the warm-up's step in progress (a module's import,
+# or ripgrep's first run on a small sample, bounded by its own timeout).
+WARM_UP_STOP_S = 30.0
 
 
 def _warm_up(context: Context, activity: Activity) -> None:
@@ -428,15 +453,19 @@ def _warm_up_steps(context: Context, activity: Activity) -> None:
     from . import workers  # noqa: F401 - the carrier's pools, made at the first operation
 
     try:
-        activity.wait_quiet()
+        if not activity.wait_quiet():
+            return
         from ..runtime import rxinfo, search
 
-        activity.wait_quiet()
+        if not activity.wait_quiet():
+            return
         rxinfo.warm()
-        activity.wait_quiet()
+        if not activity.wait_quiet():
+            return
         from ..runtime import process  # noqa: F401
 
-        activity.wait_quiet()
+        if not activity.wait_quiet():
+            return
         sample = search.warm(context)
         if sample is not None:
             p.dumps(p.result_response(0, p.encode_result("grep", sample)))
@@ -445,7 +474,8 @@ def _warm_up_steps(context: Context, activity: Activity) -> None:
     from ..runtime.operations import OPERATIONS
 
     for operation in OPERATIONS.values():
-        activity.wait_quiet()
+        if not activity.wait_quiet():
+            return
         try:
             operation.function  # noqa: B018 - imports its module
         except Exception as exc:  # a broken module says so on its first call too

@@ -82,6 +82,7 @@ class StdioServer:
             for pool in (self._ops, self._exec):
                 if pool is not None:
                     pool.shutdown()
+            self.core.close()
 
     def _read(self, size: int) -> bytes:
         try:
