@@ -170,3 +170,32 @@ def test_a_pool_needs_storage_the_provider_can_rename() -> None:
         KubernetesOptions(storage="pvc", warm_pool={"size": 2})
     with pytest.raises(ValidationError, match="warm_pool needs storage hostPath"):
         KubernetesOptions(prepare_host_dirs=False, warm_pool={"size": 2})
+
+
+def test_a_replica_with_other_settings_leaves_a_pod_being_claimed_alone(
+    make_provider: Factory, owned: Owned, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rolling update: the new replica removes pool pods made with the old settings,
+    while an old replica may be claiming one. A claim moves the pod's storage first and
+    labels the pod after; a removal in between used to delete the key's new pod. Now a
+    removal retires the storage first, by the same atomic rename, and one of the two wins:
+    here the claim, and the pod stays the key's."""
+    from sandkit_kubernetes import provider as module
+
+    old = pooled(make_provider, 1)
+    new = make_provider(env={"SANDKIT_ROLLOUT": "2"})  # another pod spec: the pool is stale
+    claim_storage = module.claim_storage
+
+    def new_replica_runs_between(settings: Any, owner: str, slot: str, target: Any) -> Any:
+        moved = claim_storage(settings, owner, slot, target)
+        assert new._pool_slots() == [], "a pod whose storage moved is in no one's pool"
+        new._pool_remove(slot)  # as if its round had listed the pod a moment before
+        return moved
+
+    monkeypatch.setattr(module, "claim_storage", new_replica_runs_between)
+    before = unclaimed(owned)
+    k = key("rollout")
+    box = old.acquire(k)
+    monkeypatch.undo()
+    assert len(before) == 1 and pool_pods(owned).get(before.pop()) == k.sandbox_id
+    assert box.execute("echo ok").stdout == "ok\n"

@@ -189,6 +189,11 @@ class BoxProvider(SandboxProvider, Generic[B, O], abc.ABC):
     def _pool_layout(self, slot: str) -> ThreadLayout:
         return pool_layout(self.settings, self.owner, slot)
 
+    def _pool_unclaimed(self, slot: str) -> bool:
+        """A claim (or a removal, which retires it first) moves the slot's storage away:
+        a pool box without it is some key's, or about to go, whatever its labels say yet."""
+        return self._pool_layout(slot).user_data_dir.exists()
+
     def _pool_slots(self) -> list[str]:
         """Slots of this owner's pool boxes that run and are not claimed (any instance's)."""
         raise NotImplementedError

@@ -240,7 +240,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         for container in found:
             tags = container.get("Labels") or {}
             slot = tags.get(LABEL_POOL, "")
-            if not self._unclaimed(slot):
+            if not self._pool_unclaimed(slot):
                 continue
             name = (container.get("Names") or ["/"])[0].lstrip("/")
             if tags.get(LABEL_SPEC) == spec:
@@ -271,15 +271,11 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         attrs = self._inspect_name(pool_container_name(self.options, slot))
         if attrs is None or not _running(attrs) or not _pooled(attrs):
             return False
-        if not self._unclaimed(slot):
+        if not self._pool_unclaimed(slot):
             return False
         record.container_id = attrs["Id"]
         record.pooled = True
         return True
-
-    def _unclaimed(self, slot: str) -> bool:
-        """A claim moves the storage away; the box keeps its pool name and labels."""
-        return self._pool_layout(slot).user_data_dir.exists()
 
     def _pool_claim(self, slot: str, record: _Box, key: SandboxKey) -> Claim:
         """Rename the box's storage to the key's thread dir: atomic on the host (one

@@ -35,6 +35,7 @@ from sandkit.boxkit import (
     bootstrap,
     claim_storage,
     prepare_host_dirs,
+    retire_storage,
 )
 from sandkit.config import Settings
 from sandkit.errors import ErrorCode, SandboxError
@@ -301,8 +302,8 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         slots = []
         for pod in self._pods(unclaimed):
             slot = (pod.metadata.labels or {}).get(LABEL_POOL, "")
-            if not _running(pod):
-                continue
+            if not _running(pod) or not self._pool_unclaimed(slot):
+                continue  # a claim between moving the storage and the label is in flight
             if (pod.metadata.annotations or {}).get(ANNOTATION_SPEC) == self._pool_spec(slot):
                 slots.append(slot)
             else:
@@ -324,6 +325,8 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         pod = self._read_pod_named(pool_pod_name(self.options, slot))
         labels = (pod.metadata.labels or {}) if pod is not None else {}
         if pod is None or not _running(pod) or LABEL_SANDBOX_ID in labels:
+            return False
+        if not self._pool_unclaimed(slot):
             return False
         self._adopt(record, pod)
         return True
@@ -367,6 +370,11 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         return Claim.GONE
 
     def _pool_remove(self, slot: str) -> None:
+        """Remove an unclaimed pool pod. Its storage is retired first, by the same atomic
+        rename a claim makes: a replica claiming it meanwhile (its labels not written yet)
+        keeps it, and the pod is left alone as that key's."""
+        if not retire_storage(self.settings, self.owner, slot):
+            return
         self._delete_pod(pool_pod_name(self.options, slot))
         shutil.rmtree(self._pool_root() / slot, ignore_errors=True)
 
