@@ -154,9 +154,11 @@ class AgentCore:
 
     def close(self) -> None:
         """Stop the warm-up, and the ready shell with a start it may be in, before the
-        program ends. The interpreter's shutdown frees what an import still running on
-        another thread waits on: a warm-up cut off mid-import crashed the agent on exit
-        (SIGSEGV in sem_wait, ~1 in 1,000 stdio channels closed right after initialize)."""
+        program ends or becomes the dormant waiter (idempotent). The interpreter's
+        shutdown frees what an import still running on another thread waits on: a warm-up
+        cut off mid-import crashed the agent on exit (SIGSEGV in sem_wait, ~1 in 1,000
+        stdio channels closed right after initialize), and one cut off mid-grep left its
+        sample in the box's temporary directory."""
         self.activity.close()
         for warming in self._warming:
             warming.join(WARM_UP_STOP_S)

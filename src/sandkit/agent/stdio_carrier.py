@@ -168,7 +168,8 @@ class StdioServer:
             return
         from .dormant import become_dormant  # loaded first: the exec follows the answer
 
-        self.core.context.calls.ready.close()  # no idle shell becomes a zombie of the exec
+        # No idle shell becomes a zombie of the exec, and no warm-up step is cut off.
+        self.core.close()
         self._send(p.dumps(p.result_response(request.id, {"sleeping": True})))
         if self._broken:
             return  # the client is gone: the read loop ends at EOF
