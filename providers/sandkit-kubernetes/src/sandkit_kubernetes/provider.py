@@ -303,7 +303,7 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         for pod in self._pods(unclaimed):
             slot = (pod.metadata.labels or {}).get(LABEL_POOL, "")
             if not _running(pod) or not self._pool_unclaimed(slot):
-                continue  # a claim between moving the storage and the label is in flight
+                continue  # starting, or claimed (the storage moved, the labels come next)
             if (pod.metadata.annotations or {}).get(ANNOTATION_SPEC) == self._pool_spec(slot):
                 slots.append(slot)
             else:
