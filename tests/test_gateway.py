@@ -478,3 +478,122 @@ def test_a_get_is_sent_again_when_the_first_connection_dies_unanswered() -> None
         assert asyncio.run(call("POST")).status_code == 502 and len(seen) == 3
     finally:
         listener.close()
+
+
+# -- a box-written socket directory (issue 32, item 1) ---------------------------------
+
+
+def _socket_server(path: str, reply: bytes) -> tuple[socket.socket, list[int]]:
+    """A unix socket server that answers every connection with `reply` (counted)."""
+    from sandkit.net.proxy import short_unix_path
+
+    accepted: list[int] = []
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    short, done = short_unix_path(path)
+    listener.bind(short)
+    done()
+    listener.listen(16)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                accepted.append(1)
+                conn.recv(65536)
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, accepted
+
+
+def _stop(listener: socket.socket) -> None:
+    """Stop a `_socket_server` (shutdown wakes its accept; close alone would not)."""
+    import contextlib
+
+    with contextlib.suppress(OSError):
+        listener.shutdown(socket.SHUT_RDWR)
+    listener.close()
+
+
+def _preview(app: PreviewGateway, key: SandboxKey, port: int) -> httpx.Response:
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, timeout=BOUND_S) as client:
+            return await client.get(
+                f"http://gw.test/{key.sandbox_id}/{port}/version",
+                headers={"X-Sandkit-Preview-Token": app.sign(key, port)},
+            )
+
+    return asyncio.run(call())
+
+
+OK_REPLY = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbox"
+HOST_REPLY = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nengine"
+
+
+@pytest.mark.parametrize("replacement", ["symlink", "relative-symlink", "fifo", "directory"])
+def test_the_gateway_never_follows_what_a_box_put_in_its_socket_directory(
+    tmp_path: Path, replacement: str
+) -> None:
+    """A box that can write its ingress directory replaces `<port>.sock` with a link to a
+    host socket (the engine's, another box's), a FIFO or a directory: the gateway answers
+    502 and the host socket is never connected to."""
+    import os
+
+    host_sock = str(tmp_path / "engine.sock")
+    listener, accepted = _socket_server(host_sock, HOST_REPLY)
+    ingress = tmp_path / "boxes" / "sk-a" / "ingress"
+    ingress.mkdir(parents=True)
+    name = ingress / "3000.sock"
+    if replacement == "symlink":
+        name.symlink_to(host_sock)
+    elif replacement == "relative-symlink":
+        name.symlink_to(os.path.relpath(host_sock, ingress))
+    elif replacement == "fifo":
+        os.mkfifo(name)
+    else:
+        name.mkdir()
+    dave = SandboxKey("dave", "t1")
+    provider = FakeProvider()
+    provider.endpoints[(dave, 3000)] = Endpoint.over_socket("dave", "t1", 3000, str(name))
+    app = PreviewGateway(provider, [SECRET], public_url="http://gw.test")  # type: ignore[arg-type]
+    try:
+        got = _preview(app, dave, 3000)
+        assert got.status_code == 502, got.text
+        assert "engine" not in got.text and accepted == []
+    finally:
+        listener.close()
+
+
+def test_the_gateway_reaches_a_socket_made_again_under_the_same_name(tmp_path: Path) -> None:
+    """The pinned socket is the inode that was checked: a relay that starts again (a new
+    socket, same name) is reached after one failed request, and a link swapped in by the
+    box afterwards is still never followed."""
+    ingress = tmp_path / "ingress"
+    ingress.mkdir()
+    path = str(ingress / "3000.sock")
+    first, _ = _socket_server(path, OK_REPLY)
+    erin = SandboxKey("erin", "t1")
+    provider = FakeProvider()
+    provider.endpoints[(erin, 3000)] = Endpoint.over_socket("erin", "t1", 3000, path)
+    app = PreviewGateway(provider, [SECRET], public_url="http://gw.test")  # type: ignore[arg-type]
+    host_sock = str(tmp_path / "engine.sock")
+    host, accepted = _socket_server(host_sock, HOST_REPLY)
+    try:
+        assert _preview(app, erin, 3000).text == "box"
+        _stop(first)
+        Path(path).unlink()
+        second, _ = _socket_server(path, OK_REPLY)
+        replies = [_preview(app, erin, 3000).status_code for _ in range(3)]
+        assert replies[-1] == 200 and replies.count(502) <= 1, replies
+        _stop(second)
+        Path(path).unlink()
+        Path(path).symlink_to(host_sock)
+        for _ in range(2):
+            assert _preview(app, erin, 3000).status_code == 502
+        assert accepted == []
+    finally:
+        host.close()

@@ -7,10 +7,10 @@ too); this module knows the host data layout and builds mappings from it.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 from .config import Settings
+from .errors import ErrorCode, SandboxError
 from .provider import SandboxKey
 from .runtime.pathmap import (
     OUTPUTS,
@@ -21,6 +21,7 @@ from .runtime.pathmap import (
     Mount,
     PathMapping,
 )
+from .runtime.safefs import chown_tree
 
 __all__ = [
     "OUTPUTS",
@@ -84,11 +85,16 @@ class ThreadLayout:
         for name in USER_DATA_DIRS:
             top = self.user_data_dir / name
             try:
-                info = top.stat()
+                info = top.lstat()
                 if (info.st_uid, info.st_gid) != (uid, gid):
-                    _chown_tree(top, uid, gid)
+                    chown_tree(str(top), uid, gid)
             except PermissionError:
                 return False
+            except OSError as exc:  # never the host path: the caller shows this to users
+                raise SandboxError(
+                    ErrorCode.UNAVAILABLE,
+                    f"cannot give the thread's {name} to the box's user: {exc.strerror}",
+                ) from None
         return True
 
     def host_mapping(self) -> PathMapping:
@@ -100,10 +106,3 @@ class ThreadLayout:
         return PathMapping(
             [Mount(m.virtual, m.virtual, m.read_only) for m in self.mounts], WORKSPACE
         )
-
-
-def _chown_tree(top: Path, uid: int, gid: int) -> None:
-    os.chown(top, uid, gid, follow_symlinks=False)
-    for root, dirs, files in os.walk(top):
-        for name in dirs + files:
-            os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)

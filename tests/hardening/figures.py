@@ -35,6 +35,8 @@ METRICS: dict[str, str] = {
     "secret_leaks": "secret or credential leaks",
     "net_tried": "network attacks tried (egress, other boxes, control plane)",
     "net_through": "network attacks that got through",
+    "host_tried": "box-written paths against host-side code (gateway, chown, ingress, files)",
+    "host_through": "host-side code that followed, failed on or leaked a box-written path",
 }
 
 

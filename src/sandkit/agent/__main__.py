@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 EXIT_MISSING_STDLIB = 3
 EXIT_BAD_CONFIG = 4
 TOKEN_ENV = "SANDKIT_AGENT_TOKEN"
+# Where a provider's launcher names the config and token files: the environment, which
+# a non-dumpable process keeps from the box's commands, not argv (/proc/PID/cmdline is
+# readable by every process in the box for the agent's whole life).
+CONFIG_FILE_ENV = "SANDKIT_AGENT_CONFIG_FILE"
+TOKEN_FILE_ENV = "SANDKIT_AGENT_TOKEN_FILE"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,9 +149,14 @@ def _parser() -> argparse.ArgumentParser:
         help="run the box's process supervisor on DIR/sock (started by an agent; config on stdin)",
     )
     carrier.add_argument("--version", action="version", version=AGENT_VERSION)
-    parser.add_argument("--config", metavar="PATH", help="HTTP: JSON config (agent_config)")
     parser.add_argument(
-        "--token-file", metavar="PATH", help="HTTP: bearer token (default: $%s)" % TOKEN_ENV
+        "--config", metavar="PATH", help="HTTP: JSON config (default: $%s)" % CONFIG_FILE_ENV
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="HTTP: bearer token (default: the file $%s names, or $%s)"
+        % (TOKEN_FILE_ENV, TOKEN_ENV),
     )
     parser.add_argument(
         "--keep-files",
@@ -211,13 +221,15 @@ def _serve_http(options: _Options) -> int:
     host = host.strip("[]")
     if not host or not port_text.isdigit():
         _usage_error("--http takes HOST:PORT, e.g. 0.0.0.0:8765")
-    if not options.config:
-        _usage_error("--http needs --config PATH")
-    # Taken out of the environment before any command can inherit it.
+    # Taken out of the environment before any command can inherit them.
     token = os.environ.pop(TOKEN_ENV, "")
+    config_file = os.environ.pop(CONFIG_FILE_ENV, "") or options.config
+    token_file = os.environ.pop(TOKEN_FILE_ENV, "") or options.token_file
+    if not config_file:
+        _usage_error("--http needs --config PATH (or $%s)" % CONFIG_FILE_ENV)
     try:
-        if options.token_file:
-            token = _read_file(options.token_file, options.keep_files).strip()
+        if token_file:
+            token = _read_file(token_file, options.keep_files).strip()
         if not token:
             log("no token, no service: set $%s or pass --token-file" % TOKEN_ENV)
             return EXIT_BAD_CONFIG
@@ -228,7 +240,7 @@ def _serve_http(options: _Options) -> int:
 
         from .protocol import context_from_config
 
-        config = json.loads(_read_file(options.config, options.keep_files))
+        config = json.loads(_read_file(config_file, options.keep_files))
         core = AgentCore(
             context_from_config(config),
             allow_initialize=False,

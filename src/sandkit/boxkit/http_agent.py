@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..agent.__main__ import CONFIG_FILE_ENV, TOKEN_FILE_ENV
 from ..errors import ErrorCode, SandboxError
 from ..transports.base import SwitchingTransport, Transport
 from ..transports.http import HttpTransport
@@ -44,10 +45,18 @@ RUN_PARENT = f"{AGENT_DIR}-run"
 RUN_DIR = f"{RUN_PARENT}/run"
 READY_TIMEOUT_S = 30.0
 
-# python3 -I -S -c LAUNCH AGENT_PATH PORT CONFIG TOKEN   (python3 >= 3.9, stdlib only)
+# python3 -I -S -c LAUNCH AGENT_PATH PORT   (python3 >= 3.9, stdlib only), with the
+# config's and the token's file names in its environment (`launch_env`), never in argv:
+# /proc/PID/cmdline is readable by every process in the box. It turns non-dumpable first
+# (its environ is then the box user's no more), the agent does the same at its start.
 LAUNCH = """\
+try:
+    import ctypes
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+except Exception:
+    pass
 import os, signal, sys, time
-agent, port, config, token = sys.argv[1:5]
+agent, port = sys.argv[1:3]
 me = os.getpid()
 def agents():
     found = []
@@ -81,8 +90,7 @@ for sig in (signal.SIGTERM, signal.SIGKILL):
         old = [pid for pid in old if alive(pid)]
     if not old:
         break
-os.execv(sys.executable, [sys.executable, '-I', '-S', agent, '--http', '0.0.0.0:' + port,
-                          '--config', config, '--token-file', token])
+os.execv(sys.executable, [sys.executable, '-I', '-S', agent, '--http', '0.0.0.0:' + port])
 """
 
 _EXIT_REASONS = {
@@ -177,18 +185,13 @@ def agent_files(config: dict[str, Any], token: str, uid: int, gid: int) -> Agent
     )
 
 
-def launch_argv(python: str, port: int, files: AgentFiles) -> list[str]:
-    return [
-        python,
-        "-I",
-        "-S",
-        "-c",
-        LAUNCH,
-        AGENT_PATH,
-        str(port),
-        files.config_path,
-        files.token_path,
-    ]
+def launch_argv(python: str, port: int) -> list[str]:
+    return [python, "-I", "-S", "-c", LAUNCH, AGENT_PATH, str(port)]
+
+
+def launch_env(files: AgentFiles) -> dict[str, str]:
+    """Where LAUNCH's agent finds its config and token (see LAUNCH: not in argv)."""
+    return {CONFIG_FILE_ENV: files.config_path, TOKEN_FILE_ENV: files.token_path}
 
 
 def wait_ready(

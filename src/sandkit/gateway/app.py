@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 import httpx
 
+from ..net.boxsocket import fd_path, pin_socket
 from ..network import Endpoint
 from ..provider import SandboxKey, SandboxProvider
 from . import tokens
@@ -82,21 +83,26 @@ class _Refusal(Exception):
         self.text = text
 
 
+_CLOSING: set[asyncio.Future[None]] = set()  # retired upstreams' closes, until done
+
+
 class _Upstream:
-    """One endpoint's connection pool (a unix socket path is held open by a directory
-    descriptor when it is too long for AF_UNIX)."""
+    """One endpoint's connection pool. A unix socket is pinned: opened once without
+    following its last component and checked to be a socket (the box can write the
+    directory it is in: `net.boxsocket`), then every connection goes to that inode."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self._fd: int | None = None
         self.uds: str | None = None
         if endpoint.unix_socket:
-            path = endpoint.unix_socket
-            if len(os.fsencode(path)) >= 100:
-                directory, name = os.path.split(path)
-                self._fd = os.open(directory, os.O_RDONLY | getattr(os, "O_PATH", 0))
-                path = f"/proc/self/fd/{self._fd}/{name}"
-            self.uds = path
+            try:
+                self._fd = pin_socket(endpoint.unix_socket)
+            except OSError:
+                raise _Refusal(
+                    502, f"sandkit gateway: nothing answers on port {endpoint.port} of the sandbox"
+                ) from None
+            self.uds = fd_path(self._fd)
         transport = httpx.AsyncHTTPTransport(uds=self.uds, retries=0)
         self.client = httpx.AsyncClient(
             transport=transport,
@@ -104,8 +110,21 @@ class _Upstream:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
             follow_redirects=False,
         )
+        self.users = 0  # requests using it now
+        self.retired = False  # replaced: closed when the last of them ends
+        self._closed = False
+
+    def retire(self) -> None:
+        self.retired = True
+        if not self.users:
+            task = asyncio.ensure_future(self.aclose())
+            _CLOSING.add(task)
+            task.add_done_callback(_CLOSING.discard)
 
     async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         await self.client.aclose()
         if self._fd is not None:
             with contextlib.suppress(OSError):
@@ -172,19 +191,27 @@ class PreviewGateway:
             target = self._target(scope)
             claims, from_query, token = self._authorize(scope, target)
             endpoint = await self._endpoint(claims.key, target[1])
+            upstream = self._upstream(endpoint)
         except _Refusal as refusal:
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 4000 + refusal.status})
             else:
                 await _text(send, refusal.status, refusal.text)
             return
-        if kind == "http":
-            if from_query and scope.get("method") in ("GET", "HEAD"):
-                await self._set_cookie_and_redirect(scope, send, target, token)
-                return
-            await self._http(scope, receive, send, target, endpoint, token if from_query else None)
-        elif kind == "websocket":
-            await self._websocket(scope, receive, send, target, endpoint)
+        upstream.users += 1
+        try:
+            if kind == "http":
+                if from_query and scope.get("method") in ("GET", "HEAD"):
+                    await self._set_cookie_and_redirect(scope, send, target, token)
+                    return
+                drop = token if from_query else None
+                await self._http(scope, receive, send, target, upstream, drop)
+            elif kind == "websocket":
+                await self._websocket(scope, receive, send, target, upstream)
+        finally:
+            upstream.users -= 1
+            if upstream.retired and not upstream.users:
+                await upstream.aclose()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -268,13 +295,21 @@ class PreviewGateway:
             )
         return endpoint
 
-    def _forget(self, key: SandboxKey, port: int) -> None:
-        self._endpoints.pop((key.sandbox_id, port), None)
+    def _forget(self, endpoint: Endpoint) -> None:
+        """After a failed connection: look the endpoint up again and pin its socket anew
+        (a relay that started again made a new socket under the same name)."""
+        sandbox_id = SandboxKey(endpoint.user_id, endpoint.thread_id).sandbox_id
+        self._endpoints.pop((sandbox_id, endpoint.port), None)
+        upstream = self._upstreams.pop(endpoint.unix_socket or endpoint.url, None)
+        if upstream is not None:
+            upstream.retire()
 
     def _upstream(self, endpoint: Endpoint) -> _Upstream:
         name = endpoint.unix_socket or endpoint.url
         upstream = self._upstreams.get(name)
         if upstream is None or upstream.endpoint != endpoint:
+            if upstream is not None:
+                upstream.retire()
             upstream = self._upstreams[name] = _Upstream(endpoint)
         return upstream
 
@@ -349,9 +384,10 @@ class PreviewGateway:
         receive: Receive,
         send: Send,
         target: tuple[str, int, str, str],
-        endpoint: Endpoint,
+        upstream: _Upstream,
         drop_token: str | None,
     ) -> None:
+        endpoint = upstream.endpoint
         query = _raw_query(scope)
         if drop_token is not None or TOKEN_PARAM in query:
             query = urlencode(
@@ -362,7 +398,6 @@ class PreviewGateway:
             url += "?" + query
         headers = self._forward_headers(scope, endpoint, target, ws=False)
         headers.append(("host", _authority(endpoint)))
-        upstream = self._upstream(endpoint)
         has_body = _header(scope, b"content-length") not in ("", "0") or bool(
             _header(scope, b"transfer-encoding")
         )
@@ -384,7 +419,7 @@ class PreviewGateway:
                 )
                 response = await upstream.client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            self._forget(SandboxKey(endpoint.user_id, endpoint.thread_id), endpoint.port)
+            self._forget(endpoint)
             await _text(
                 send,
                 502,
@@ -422,8 +457,9 @@ class PreviewGateway:
         receive: Receive,
         send: Send,
         target: tuple[str, int, str, str],
-        endpoint: Endpoint,
+        upstream: _Upstream,
     ) -> None:
+        endpoint = upstream.endpoint
         from websockets.asyncio.client import connect, unix_connect
         from websockets.exceptions import ConnectionClosed, WebSocketException
 
@@ -453,11 +489,11 @@ class PreviewGateway:
         }
         try:
             if endpoint.unix_socket:
-                upstream_ws = await unix_connect(self._upstream(endpoint).uds, uri, **options)
+                upstream_ws = await unix_connect(upstream.uds, uri, **options)
             else:
                 upstream_ws = await connect(uri, **options)
         except (TimeoutError, OSError, WebSocketException):
-            self._forget(SandboxKey(endpoint.user_id, endpoint.thread_id), endpoint.port)
+            self._forget(endpoint)
             await send({"type": "websocket.close", "code": 1011})
             return
         await send({"type": "websocket.accept", "subprotocol": upstream_ws.subprotocol})

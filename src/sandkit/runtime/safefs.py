@@ -17,7 +17,7 @@ import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional, Sequence
+    from typing import List, Optional, Sequence
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 _TEMP_PREFIX = ".sandkit-"
@@ -196,3 +196,66 @@ def _write_unnamed(dir_fd: int, temp: str, data: bytes, mode: Optional[int]) -> 
     finally:
         os.close(fd)
     return True
+
+
+def chown_tree(top: str, uid: int, gid: int) -> None:
+    """chown `top` and everything below it to uid:gid, never leaving the tree.
+
+    For host code over a tree a running box may change: every entry is chowned by name
+    in its parent's descriptor without following it (fchownat, AT_SYMLINK_NOFOLLOW), and
+    a subdirectory is entered only through `open_subdir` (a directory the box swapped
+    for a symlink is not entered). Entries that vanish meanwhile are skipped: the box
+    may delete its own files at any moment."""
+    fd = os.open(top, _DIR_FLAGS)
+    try:
+        os.fchown(fd, uid, gid)
+        _chown_below(fd, uid, gid)
+    finally:
+        os.close(fd)
+
+
+def _chown_below(top_fd: int, uid: int, gid: int) -> None:
+    # Depth-first with an explicit stack (a tree may be deeper than Python's recursion
+    # limit): each frame holds an open directory and the subdirectories still to enter.
+    stack = [(top_fd, _chown_entries(top_fd, uid, gid))]
+    try:
+        while stack:
+            dir_fd, subdirs = stack[-1]
+            if not subdirs:
+                stack.pop()
+                if dir_fd != top_fd:
+                    os.close(dir_fd)
+                continue
+            name = subdirs.pop()
+            try:
+                child = open_subdir(dir_fd, name)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed, or replaced by something else, meanwhile
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    continue  # swapped for a symlink: its target is not ours to touch
+                raise
+            try:
+                entries = _chown_entries(child, uid, gid)
+            except BaseException:
+                os.close(child)
+                raise
+            stack.append((child, entries))
+    finally:
+        for dir_fd, _ in stack:
+            if dir_fd != top_fd:
+                os.close(dir_fd)
+
+
+def _chown_entries(dir_fd: int, uid: int, gid: int) -> List[str]:
+    """chown each entry of `dir_fd` itself (links not followed); the names of its dirs."""
+    subdirs = []
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            try:
+                os.chown(entry.name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+                if entry.is_dir(follow_symlinks=False):
+                    subdirs.append(entry.name)
+            except FileNotFoundError:
+                continue
+    return subdirs

@@ -14,7 +14,8 @@ proxy (container `<owner>-egress`, the same stdlib code, on `egress.network`)
 knows the box by the socket the connection came through and enforces the box's
 policy. Exposing a port starts a relay the other way (`relay-in`): its socket
 in the ingress directory reaches 127.0.0.1:<port> in the box, and the preview
-gateway on the host connects to that socket.
+gateway on the host connects to that socket — never by its path, which the box can
+point anywhere: through `net.boxsocket`, which refuses anything but the socket itself.
 
 State on the host, `{data_root}/.sandkit/net/docker/{owner}/`:
 
@@ -38,7 +39,7 @@ import json
 import logging
 import os
 import shutil
-import socket
+import stat
 import threading
 import time
 from pathlib import Path
@@ -52,9 +53,10 @@ from docker.types import Mount as DockerMount
 from sandkit.boxkit import AGENT_DIR, AGENT_PATH, end_tagged_argv
 from sandkit.errors import ErrorCode, SandboxError
 from sandkit.net import state
+from sandkit.net.boxsocket import connect_box_socket, is_socket
 from sandkit.net.cli import control as net_control
 from sandkit.net.policy import load_networks
-from sandkit.net.proxy import own_addresses, short_unix_path
+from sandkit.net.proxy import own_addresses
 from sandkit.network import Endpoint
 from sandkit.provider import SandboxKey
 
@@ -204,10 +206,7 @@ class DockerNet:
                     self.sync()
             return
         state.remove(base / "exposed.json")
-        ingress = base / "ingress"
-        with contextlib.suppress(FileNotFoundError):
-            for entry in ingress.iterdir():
-                state.remove(entry)
+        _clear_ingress(base / "ingress")
 
     def clear_all(self) -> None:
         """After shutdown removed every container: every box's state (keys/ stays)."""
@@ -406,7 +405,7 @@ class DockerNet:
         return sock
 
     def stop_ingress_relay(self, container_id: str | None, name: str, port: int) -> None:
-        state.remove(self.box_dir(name) / "ingress" / f"{port}.sock")
+        _clear_ingress(self.box_dir(name) / "ingress", f"{port}.sock")
         if container_id is None:
             return
         argv = end_tagged_argv(self.options.python, f"sknet-in-{port}")
@@ -451,8 +450,8 @@ class DockerNet:
         if name is None or port not in self.exposed(name):
             return None
         endpoint = self.endpoint(key, name, port)
-        if endpoint.unix_socket is None or not os.path.exists(endpoint.unix_socket):
-            return None
+        if endpoint.unix_socket is None or not is_socket(endpoint.unix_socket):
+            return None  # gone, or the box put something else there
         return endpoint
 
 
@@ -469,17 +468,37 @@ def _host_uds(args: list[str]) -> str:
 
 
 def _answers(path: Path) -> bool:
-    short, done = short_unix_path(str(path))
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        probe.settimeout(1.0)
-        probe.connect(short)
-        return True
+        connect_box_socket(str(path), timeout=1.0).close()
     except OSError:
         return False
+    return True
+
+
+def _clear_ingress(directory: Path, only: str | None = None) -> None:
+    """Remove what is in a box's ingress directory (or only the entry `only`), whatever
+    the box made of it: sockets, links (never followed), files, directories (removed
+    through descriptors, `shutil.rmtree`'s safe walk). Nothing here is worth failing a
+    release over: what cannot go is logged."""
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return  # never made, or gone with the box
+    try:
+        names = [only] if only is not None else os.listdir(dir_fd)
+        for name in names:
+            try:
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    shutil.rmtree(name, dir_fd=dir_fd)
+                else:
+                    os.unlink(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("could not remove %r from a box's ingress dir: %s", name, exc)
     finally:
-        probe.close()
-        done()
+        os.close(dir_fd)
 
 
 def _jsonable(value: Any) -> Any:

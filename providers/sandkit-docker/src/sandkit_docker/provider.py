@@ -354,7 +354,11 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         key = box.key
         layout = self._layout(key)
         options = self.options
-        prepare_host_dirs(layout, (options.uid, options.gid) if options.chown_thread_dirs else None)
+        # The thread dir exists before we look for a box: a pool claim racing this start
+        # then fails its rename (see _pool_claim). Handing the dirs over (a chown of the
+        # tree) waits until no box of the key runs: a running box changes what it walks.
+        layout.create_dirs()
+        owner = (options.uid, options.gid) if options.chown_thread_dirs else None
         kwargs = self._create_kwargs(layout, key.sandbox_id)
         mask = layout.host_mapping().mask
         try:
@@ -373,6 +377,7 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 # Also after a recreate: a running box adopted so far had no need of it.
                 self._ensure_network()
             if attrs is None:
+                prepare_host_dirs(layout, owner)
                 attrs, created = self._create(kwargs, mask)
             else:
                 created = False
@@ -385,11 +390,14 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
                 if state.get("Status") == "created" and not created:
                     attrs = self._wait_foreign_start(attrs)
                 if not _running(attrs):
+                    if not created:
+                        prepare_host_dirs(layout, owner)
                     # Ours just now: counted at its create. An old one counts from here.
                     with contextlib.nullcontext() if created else self._starting():
                         self.client.api.start(attrs["Id"])
             else:  # restarting, removing, dead: start from scratch
                 self._remove_quietly(attrs["Id"])
+                prepare_host_dirs(layout, owner)
                 attrs, _ = self._create(kwargs, mask)
                 self.client.api.start(attrs["Id"])
         except Exception as exc:
@@ -635,14 +643,20 @@ class DockerProvider(BoxProvider[_Box, DockerOptions]):
         """Config and token as files (`put_archive`), then a detached exec of LAUNCH."""
         options = self.options
         files = http_agent.agent_files(config, token, options.uid, options.gid)
-        argv = http_agent.launch_argv(options.python, options.http_port, files)
+        argv = http_agent.launch_argv(options.python, options.http_port)
         api = self.client.api
         container_id = str(box.container_id)
         try:
             if not api.put_archive(container_id, http_agent.RUN_PARENT, files.archive):
                 raise SandboxError(ErrorCode.UNAVAILABLE, "could not copy the agent config in")
             exec_id = api.exec_create(
-                container_id, argv, user=options.user, workdir="/", stdout=False, stderr=False
+                container_id,
+                argv,
+                user=options.user,
+                workdir="/",
+                stdout=False,
+                stderr=False,
+                environment=http_agent.launch_env(files),
             )["Id"]
             api.exec_start(exec_id, detach=True)
         except Exception as exc:

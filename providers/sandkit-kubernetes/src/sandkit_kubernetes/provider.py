@@ -465,8 +465,12 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
         layout = self._layout(key)
         mask = layout.host_mapping().mask
         options = self.options
-        if options.storage == "hostPath" and options.prepare_host_dirs:
-            prepare_host_dirs(layout, (options.uid, options.gid))
+        host_dirs = options.storage == "hostPath" and options.prepare_host_dirs
+        if host_dirs:
+            # Made before we look for a pod (a pool claim racing this start then fails its
+            # rename); handed over (a chown of the tree) only once no pod of the key runs:
+            # a running box changes what the walk enters.
+            layout.create_dirs()
         manifest = pod_manifest(self.options, layout)
         name = manifest["metadata"]["name"]
         created = False
@@ -480,6 +484,8 @@ class KubernetesProvider(BoxProvider[_Box, KubernetesOptions]):
                 self._wait_gone({found})
                 pod = None
             if pod is None:
+                if host_dirs:
+                    prepare_host_dirs(layout, (options.uid, options.gid))
                 with self._starting():
                     pod, created = self._create(manifest, mask)
                 if pod is None:

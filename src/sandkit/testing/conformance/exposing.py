@@ -32,19 +32,9 @@ def _connect(endpoint: Endpoint) -> socket.socket:
     if endpoint.unix_socket is None:
         parts = urlsplit(endpoint.url)
         return socket.create_connection((parts.hostname or "", parts.port or 80), BOUND_S)
-    from sandkit.net.proxy import short_unix_path
+    from sandkit.net.boxsocket import connect_box_socket
 
-    short, done = short_unix_path(endpoint.unix_socket)
-    client = socket.socket(socket.AF_UNIX)
-    try:
-        client.settimeout(BOUND_S)
-        client.connect(short)
-    except BaseException:
-        client.close()
-        raise
-    finally:
-        done()
-    return client
+    return connect_box_socket(endpoint.unix_socket, BOUND_S)
 
 
 def http_get(endpoint: Endpoint, path: str = "/") -> bytes:
