@@ -181,6 +181,8 @@ def test_defaults_are_hardened() -> None:
         {"carrier": "http", "network_mode": "host"},
         {"carrier": "http", "network_mode": "container:abc"},
         {"carrier": "http", "http_port": 80},
+        # An interface for the agent is a route around the proxy (issue 32, item 5).
+        {"carrier": "http", "egress": {"policy": {"mode": "allow", "allow": ["pypi.org"]}}},
     ],
     ids=repr,
 )

@@ -120,6 +120,14 @@ class DockerOptions(BoxOptions):
                 "egress policies and exposed ports need network_mode none: the box's only "
                 f"ways in and out are then the provider's; {self.network_mode!r} would be another"
             )
+        if self.carrier == "http" and self.egress.enabled:
+            # The agent's port needs an interface, and an interface is a route: a box on
+            # the internal network reached a server on the host's bridge address directly.
+            raise ValueError(
+                "carrier http gives the box a network interface (its agent listens there), "
+                "which an egress policy rules out (a box with a policy has only lo and "
+                "reaches out through the proxy alone); use carrier stdio with egress"
+            )
         if self.carrier == "http" and (
             self.network_mode == "host" or self.network_mode.startswith("container:")
         ):
