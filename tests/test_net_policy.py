@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandkit import ErrorCode, SandboxError
+from sandkit.net import policy as policy_module
 from sandkit.net.policy import (
     ALWAYS_DENIED,
     Decider,
@@ -21,6 +22,7 @@ from sandkit.net.policy import (
     PolicyError,
     always_denied,
     is_public,
+    parse_address,
     parse_rule,
 )
 from sandkit.network import EgressOptions, EgressPolicy
@@ -196,8 +198,12 @@ def test_private_addresses_need_a_cidr_rule() -> None:
     assert with_cidr.decide("internal.example", 443, WORLD).addresses == ("10.1.2.3",)
     assert with_cidr.decide("10.1.9.9", 443, WORLD).allowed  # the range by address
     assert not with_cidr.decide("10.2.0.1", 443, WORLD).allowed
-    # A CIDR rule allows a name by its address even without a name rule.
-    assert Decider(policy(allow=["10.1.0.0/16"])).decide("internal.example", 443, WORLD).allowed
+    # Without a name rule, a CIDR rule allows a name only from the operator's hosts table
+    # (never by looking the name up: see the DNS tests below).
+    cidr_only = policy(allow=["10.1.0.0/16"])
+    assert not Decider(cidr_only).decide("internal.example", 443, WORLD).allowed
+    hosts = {"internal.example": ["10.1.2.3"]}
+    assert Decider(cidr_only, hosts=hosts).decide("internal.example", 443, WORLD).allowed
 
 
 def test_ip_literals_need_a_cidr_rule() -> None:
@@ -361,3 +367,198 @@ def test_policy_model_parses_and_reports() -> None:
         with pytest.raises(SandboxError) as info:
             EgressPolicy.parse(bad)
         assert info.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+# -- an address in another form: allow rules match their own family only ----------------
+
+
+def v6_forms(v4: str) -> dict[str, str]:
+    """Every IPv6 spelling that embeds `v4` (the address itself is another host)."""
+    n = int(ipaddress.IPv4Address(v4))
+    six = ipaddress.IPv6Address
+    return {
+        "mapped": f"::ffff:{v4}",
+        "mapped-hex": str(six((0xFFFF << 32) | n)),
+        "translated": f"::ffff:0:{v4}",
+        "compatible": f"::{v4}",
+        "6to4": str(six((0x2002 << 112) | (n << 80) | 0x99)),
+        "6to4-subnet": str(six((0x2002 << 112) | (n << 80) | (0x1234 << 64) | 5)),
+        "nat64": f"64:ff9b::{v4}",
+        "nat64-local/48": str(
+            six((0x0064_FF9B_0001 << 80) | ((n >> 16) << 64) | ((n & 0xFFFF) << 40))
+        ),
+        "nat64-local/56": str(
+            six((0x0064_FF9B_0001 << 80) | ((n >> 24) << 64) | ((n & 0xFFFFFF) << 32))
+        ),
+        "nat64-local/64": str(six((0x0064_FF9B_0001 << 80) | (n << 24))),
+        "nat64-local/96": str(six((0x0064_FF9B_0001 << 80) | n)),
+        "teredo": str(
+            six(
+                (0x20010000 << 96)
+                | (0x4136E378 << 64)
+                | (0x8000 << 48)
+                | (0x63BF << 32)
+                | (n ^ 0xFFFFFFFF)
+            )
+        ),
+        "isatap": str(six((0xFD77 << 112) | (0x5EFE << 32) | n)),
+        "isatap-global": str(six((0x2A00_1450 << 96) | (0x0200_5EFE << 32) | n)),
+    }
+
+
+FORMS_OF_10_77_0_10 = v6_forms("10.77.0.10")
+
+
+@pytest.mark.parametrize("form", FORMS_OF_10_77_0_10, ids=list(FORMS_OF_10_77_0_10))
+def test_an_ipv4_rule_never_allows_an_ipv6_address(form: str) -> None:
+    """Issue 32 item 2: with allow 10.77.0.10/32:*, CONNECT [2002:a4d:a::99]:80 reached
+    another server: the rule matched the IPv4 inside the 6to4 address, and the proxy
+    connected to the IPv6 address itself."""
+    address = FORMS_OF_10_77_0_10[form]
+    decider = Decider(policy(allow=["10.77.0.10/32:*"]))
+    assert decider.decide("10.77.0.10", 80, WORLD).allowed
+    decision = decider.decide(f"[{address}]", 80, WORLD)
+    assert not decision.allowed, (form, address, decision)
+    # Nor when a name resolves to it.
+    named = Decider(policy(allow=["pkg.example", "10.77.0.10/32:*"]))
+    assert not named.decide("pkg.example", 80, resolver({"pkg.example": [address]})).allowed
+
+
+def test_public_ipv4_rules_do_not_open_ipv6_either() -> None:
+    decider = Decider(policy(allow=["8.8.8.8/32:443"]))
+    for address in [*v6_forms("8.8.8.8").values(), "2002:808:808:1234::5"]:
+        assert not decider.decide(f"[{address}]", 443, WORLD).allowed, address
+
+
+def test_an_ipv6_rule_allows_its_own_addresses_only() -> None:
+    sixtofour = Decider(policy(allow=["[2002:a4d:a::/48]:*"]))
+    assert sixtofour.decide("[2002:a4d:a::99]", 80, WORLD).allowed  # what it names
+    assert not sixtofour.decide("10.77.0.10", 80, WORLD).allowed
+    mapped = Decider(policy(allow=["[::ffff:0:0/96]:*"]))
+    assert not mapped.decide("10.77.0.10", 80, WORLD).allowed
+
+
+@pytest.mark.parametrize("form", FORMS_OF_10_77_0_10, ids=list(FORMS_OF_10_77_0_10))
+def test_deny_rules_see_every_form(form: str) -> None:
+    address = FORMS_OF_10_77_0_10[form]
+    assert parse_rule("10.77.0.10/32").matches_any_form(ipaddress.ip_address(address), 443)
+    everything = ["0.0.0.0/0:*", "[::/0]:*"]
+    decider = Decider(policy("open", allow=everything, deny=["10.77.0.10/32"]))
+    assert not decider.decide(f"[{address}]", 443, WORLD).allowed
+    allowed = Decider(policy("open", allow=everything, deny=["10.77.0.11/32"]))
+    # The /96 place of 64:ff9b:1::/48 reads 0.0.0.0 from the other places' forms.
+    if form not in ("nat64-local/48", "nat64-local/56", "nat64-local/64"):
+        assert allowed.decide(f"[{address}]", 443, WORLD).allowed, form
+
+
+@pytest.mark.parametrize("inner", ["127.0.0.1", "169.254.169.254", "0.0.0.0", "224.0.0.1"])
+def test_always_denied_in_every_form(inner: str) -> None:
+    everything = Decider(policy("open", allow=["0.0.0.0/0:*", "[::/0]:*", "*.example:*"]))
+    for form, address in v6_forms(inner).items():
+        assert always_denied(ipaddress.ip_address(address)), (form, address)
+        assert not everything.decide(f"[{address}]", 443, WORLD).allowed, (form, address)
+        table = resolver({"x.example": [address]})
+        assert not everything.decide("x.example", 443, table).allowed, (form, address)
+    host = ipaddress.ip_network("172.17.0.1/32")
+    for form, address in v6_forms("172.17.0.1").items():
+        assert always_denied(ipaddress.ip_address(address), [host]), form
+
+
+def test_private_in_any_form_and_public_only_when_every_form_is() -> None:
+    for form, address in v6_forms("10.77.0.10").items():
+        assert not is_public(ipaddress.ip_address(address)), form
+    assert is_public(ipaddress.ip_address("2002:808:808::1"))  # 6to4 of a public address
+    assert is_public(ipaddress.ip_address("64:ff9b::8.8.8.8"))
+    assert not is_public(ipaddress.ip_address("fd77::5efe:808:808"))  # ISATAP: fd77 counts
+    assert not is_public(ipaddress.ip_address("::1"))
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "fe80::1%eth0",
+        "[fe80::1%eth0]",
+        "fe80::1%25eth0",
+        f"{PUBLIC6}%eth0",
+        f"[{PUBLIC6}%1]",
+        "[10.77.0.10]",
+        f"[{PUBLIC}]",
+        "[127.1]",
+        "[0x7f.1]",
+        "[2130706433]",
+    ],
+)
+def test_zones_and_ipv4_in_brackets_are_no_destination(host: str) -> None:
+    """A zone names an interface of the proxy's machine; brackets hold IPv6 only."""
+    everything = policy("open", allow=["0.0.0.0/0:*", "[::/0]:*"])
+    assert not Decider(everything).decide(host, 443, WORLD).allowed
+    assert parse_address(host) is None
+
+
+# -- names: resolved only when a name rule could allow them (DNS exfiltration) ----------
+
+
+class CountingResolver:
+    """A resolver stub: every name it is asked for, in order."""
+
+    def __init__(self, table: dict[str, list[str]]) -> None:
+        self.table = table
+        self.asked: list[str] = []
+
+    def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append(host)
+        if host not in self.table:
+            raise OSError(-2, "Name or service not known")
+        return self.table[host]
+
+
+def test_a_cidr_rule_alone_never_gets_a_name_resolved() -> None:
+    """Issue 32 item 3: with any CIDR rule, `<data>.exfil.test` was resolved (and so sent
+    to the outside resolver) before it was refused."""
+    dns = CountingResolver({"pkg.test": [PUBLIC], "c2VjcmV0.exfil.test": ["10.77.0.10"]})
+    for rules in (["10.0.0.0/8:*"], ["0.0.0.0/0:*", "[::/0]:*"], ["pkg.test", "10.0.0.0/8:*"]):
+        decider = Decider(policy(allow=rules))
+        for name in ("c2VjcmV0.exfil.test", "x.c2VjcmV0.exfil.test.", "C2VJCMV0.EXFIL.TEST"):
+            decision = decider.decide(name, 80, dns)
+            assert not decision.allowed and "not in this sandbox's egress allow list" in (
+                decision.reason
+            )
+    assert dns.asked == []
+
+
+def test_only_names_a_rule_could_allow_are_resolved() -> None:
+    dns = CountingResolver({"pkg.test": [PUBLIC], "a.mirror.test": [PUBLIC]})
+    hosts = {"table.test": ["10.77.0.10"]}
+    decider = Decider(
+        policy(allow=["pkg.test:443", "*.mirror.test", "10.77.0.0/16:*"], deny=["bad.mirror.test"]),
+        hosts=hosts,
+    )
+    assert not decider.decide("pkg.test", 22, dns).allowed  # the name's rule is for 443
+    assert not decider.decide("mirror.test", 443, dns).allowed  # the wildcard's apex
+    assert not decider.decide("bad.mirror.test", 443, dns).allowed  # denied by name
+    assert decider.decide("table.test", 443, dns).addresses == ("10.77.0.10",)  # the table
+    assert dns.asked == []
+    assert decider.decide("pkg.test", 443, dns).allowed
+    assert decider.decide("a.mirror.test", 443, dns).allowed
+    assert dns.asked == ["pkg.test", "a.mirror.test"]
+    # Mode open lets any public name through, so it resolves any name (not denied).
+    opened = Decider(policy("open", deny=["*.exfil.test"]))
+    assert not opened.decide("c2VjcmV0.exfil.test", 443, dns).allowed
+    assert not opened.decide("nowhere.test", 443, dns).allowed
+    assert dns.asked == ["pkg.test", "a.mirror.test", "nowhere.test"]
+
+
+def test_the_system_resolver_is_asked_for_the_absolute_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No search domain of the proxy's resolv.conf is tried first: `pypi.org` is looked up
+    as `pypi.org.`, never as `pypi.org.<search domain>` (another name, another answer)."""
+    asked: list[str] = []
+
+    def fake_getaddrinfo(host: str, port: int, *args: object, **kwargs: object) -> list[object]:
+        asked.append(host)
+        return [(2, 1, 6, "", (PUBLIC, port))]
+
+    monkeypatch.setattr(policy_module.socket, "getaddrinfo", fake_getaddrinfo)
+    assert Decider(policy(allow=["pypi.org"])).decide("PyPI.org", 443).addresses == (PUBLIC,)
+    assert asked == ["pypi.org."]

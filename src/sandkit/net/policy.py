@@ -12,23 +12,34 @@ and in every mode `deny` rules win over `allow` rules. A rule is a host name
 ports after a colon (`:443`, `:8000-8100`, `:80,443`, `:*` for any); without
 ports a rule means 80 and 443.
 
+An address rule allows exactly the address family it is written in: `10.0.0.0/8`
+never allows an IPv6 address, whatever IPv4 address that embeds (IPv4-mapped, 6to4,
+NAT64, Teredo, ...), because the proxy connects to the IPv6 address itself and
+that is another host. Refusals go the other way: deny rules, the always-denied
+ranges and the private check look through every such form.
+
 Whatever a policy says, `Decider` refuses:
 
 - names that are no host names (`localhost`, `*.localhost`, numeric tricks such
-  as `2130706433` or `0x7f.1` that resolvers read as addresses);
+  as `2130706433` or `0x7f.1` that resolvers read as addresses) and IPv6 zones
+  (`fe80::1%eth0`);
 - addresses no sandbox may reach: loopback, link-local (cloud metadata lives
   there: 169.254.169.254, and fd00:ec2::254), unspecified, multicast, reserved,
   other metadata services (100.100.100.200, 168.63.129.16) and the host's own
   addresses the proxy is told about — also when they hide inside an IPv6 form
-  (IPv4-mapped, 6to4, Teredo, NAT64);
+  (IPv4-mapped or -translated, IPv4-compatible, 6to4, Teredo, NAT64, ISATAP);
 - private (non-global) addresses, unless an `allow` CIDR rule covers them or the
   name comes from the operator's own hosts table: a public name an attacker
   controls cannot be pointed at the internal network (DNS rebinding);
 - an IP literal unless a CIDR rule (or mode `open`, for public addresses) allows
   it: domain rules match names only.
 
-The proxy resolves names itself and connects only to the addresses this
-decision returned, so what was checked is what is reached.
+A name is resolved only when the policy could allow it by name (a name rule that
+matches it, or mode `open`) and it is not in the hosts table: a CIDR rule never
+makes the proxy look a name up, so a box cannot carry data out in the names it
+asks for (DNS exfiltration). The proxy resolves names itself, as absolute names,
+and connects only to the addresses this decision returned, so what was checked is
+what is reached.
 """
 
 from __future__ import annotations
@@ -90,10 +101,26 @@ PRIVATE_RANGES: Tuple[IPNetwork, ...] = _nets(
     "64:ff9b:1::/48",
     "2002::/16",
     "2001::/32",
+    "::/96",  # IPv4-compatible (deprecated)
+    "::ffff:0:0:0/96",  # IPv4-translated (SIIT)
 )
-NAT64_PREFIXES: Tuple[ipaddress.IPv6Network, ...] = (
-    ipaddress.IPv6Network("64:ff9b::/96"),
-    ipaddress.IPv6Network("64:ff9b:1::/48"),
+# IPv6 forms whose meaning is the IPv4 address inside them (they are judged by it).
+_V6 = ipaddress.IPv6Network
+MAPPED = _V6("::ffff:0:0/96")
+TRANSLATED = _V6("::ffff:0:0:0/96")
+COMPATIBLE = _V6("::/96")
+NAT64_WELL_KNOWN = _V6("64:ff9b::/96")
+NAT64_LOCAL = _V6("64:ff9b:1::/48")  # RFC 8215: the operator picks /48 to /96 inside it
+SIXTOFOUR = _V6("2002::/16")
+TEREDO = _V6("2001::/32")
+TRANSITION: Tuple[ipaddress.IPv6Network, ...] = (
+    MAPPED,
+    TRANSLATED,
+    COMPATIBLE,
+    NAT64_WELL_KNOWN,
+    NAT64_LOCAL,
+    SIXTOFOUR,
+    TEREDO,
 )
 _LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")
 _NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*")
@@ -107,15 +134,22 @@ class PolicyError(ValueError):
 
 
 def parse_address(text: str) -> Optional[IPAddress]:
-    """`text` as an IP address (brackets and an IPv6 zone allowed), else None."""
+    """`text` as an IP address, else None. Brackets may hold only an IPv6 address; a
+    zone (`fe80::1%eth0`) is no address here: a scope names an interface of the
+    proxy's machine, never a destination of a box."""
     value = text.strip()
-    if value.startswith("[") and value.endswith("]"):
+    bracketed = value.startswith("[") and value.endswith("]")
+    if bracketed:
         value = value[1:-1]
-    value = value.split("%", 1)[0]
+    if "%" in value:
+        return None
     try:
-        return ipaddress.ip_address(value)
+        address = ipaddress.ip_address(value)
     except ValueError:
         return None
+    if bracketed and address.version != 6:
+        return None
+    return address
 
 
 def normalize_host(text: str) -> str:
@@ -142,22 +176,44 @@ def normalize_host(text: str) -> str:
     return host
 
 
+def _v4(value: int) -> ipaddress.IPv4Address:
+    return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+
+
+def _nat64_local(packed: int) -> List[ipaddress.IPv4Address]:
+    """The IPv4 address at each place RFC 6052 may put it under a /48, /56, /64 or /96
+    prefix (the operator's length is not known here): a /48../64 place counts where its
+    reserved octet (bits 64-71) and its suffix are zero, the /96 place always."""
+    found = [_v4(packed)]  # /96
+    if (packed >> 56) & 0xFF:
+        return found
+    places = (
+        (0xFFFFFFFFFF, ((packed >> 64) & 0xFFFF) << 16 | (packed >> 40) & 0xFFFF),  # /48
+        (0xFFFFFFFF, ((packed >> 64) & 0xFF) << 24 | (packed >> 32) & 0xFFFFFF),  # /56
+        (0xFFFFFF, packed >> 24),  # /64
+    )
+    found.extend(_v4(value) for suffix, value in places if not packed & suffix)
+    return found
+
+
 def _embedded(address: IPAddress) -> List[IPAddress]:
-    """The address and any IPv4 address hidden in its IPv6 form."""
+    """The address and every IPv4 address hidden in its IPv6 form. Only for refusing:
+    an address counts as denied or private when any of these is."""
     found: List[IPAddress] = [address]
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            found.append(address.ipv4_mapped)
-        if address.sixtofour is not None:
-            found.append(address.sixtofour)
-        if address.teredo is not None:
-            found.extend(address.teredo)
-        for prefix in NAT64_PREFIXES:
-            if address in prefix:
-                found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-        packed = int(address)
-        if packed >> 32 == 0 and packed > 1:  # IPv4-compatible (deprecated) ::a.b.c.d
-            found.append(ipaddress.IPv4Address(packed))
+    if not isinstance(address, ipaddress.IPv6Address):
+        return found
+    packed = int(address)
+    compatible = address in COMPATIBLE and packed > 1  # ::a.b.c.d (:: and ::1: their own)
+    if compatible or any(address in net for net in (MAPPED, TRANSLATED, NAT64_WELL_KNOWN)):
+        found.append(_v4(packed))
+    elif address in NAT64_LOCAL:
+        found.extend(_nat64_local(packed))
+    elif address.sixtofour is not None:
+        found.append(address.sixtofour)
+    elif address.teredo is not None:
+        found.extend(address.teredo)  # the server, and the client (XOR'd back)
+    if (packed >> 32) & 0xFCFFFFFF == 0x00005EFE:  # ISATAP interface id ::[02]00:5efe:a.b.c.d
+        found.append(_v4(packed))
     return found
 
 
@@ -173,13 +229,19 @@ def always_denied(address: IPAddress, extra: Iterable[IPNetwork] = ()) -> bool:
 
 
 def is_public(address: IPAddress) -> bool:
-    """Globally routable, in every form it takes (an IPv4 hidden in IPv6 counts)."""
+    """Globally routable, in every form it takes: a transition form (6to4, NAT64, ...)
+    is as public as the IPv4 inside it, any other address must be global itself and
+    anything embedded in it too."""
     forms = _embedded(address)
-    if len(forms) > 1:
-        return all(f.is_global for f in forms[1:])
-    if any(address.version == n.version and address in n for n in PRIVATE_RANGES):
-        return False
-    return bool(address.is_global)
+    transition = isinstance(address, ipaddress.IPv6Address) and any(
+        address in net for net in TRANSITION
+    )
+    if not transition:
+        if any(address.version == n.version and address in n for n in PRIVATE_RANGES):
+            return False
+        if not address.is_global:
+            return False
+    return all(f.is_global for f in forms[1:]) and (len(forms) > 1 or not transition)
 
 
 # -- rules --------------------------------------------------------------------------
@@ -206,6 +268,16 @@ class Rule:
         return name == self.host
 
     def matches_address(self, address: IPAddress, port: int) -> bool:
+        """As an allow rule: the address itself, in the family the rule is written in
+        (an IPv4 rule never allows an IPv6 address that embeds one of its addresses:
+        the proxy would connect to the IPv6 address, another host)."""
+        net = self.network
+        if net is None or not self.has_port(port):
+            return False
+        return address.version == net.version and address in net
+
+    def matches_any_form(self, address: IPAddress, port: int) -> bool:
+        """As a deny rule: the address or any IPv4 address hidden in it."""
         net = self.network
         if net is None or not self.has_port(port):
             return False
@@ -404,7 +476,8 @@ def _dedupe(rules: Iterable[Rule]) -> List[Rule]:
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """`allowed` with the addresses to connect to, or a refusal and its reason; `resolve`:
-    the name passed and must be resolved, then checked with `check_addresses`."""
+    the name passed and must be resolved, then checked with `check_addresses` (only
+    ever set for a name the policy could allow by name, see `Decider.check_name`)."""
 
     allowed: bool
     reason: str = ""
@@ -419,8 +492,15 @@ def _denied(reason: str) -> Decision:
 Resolver = Callable[[str, int], List[str]]
 
 
+def absolute(name: str) -> str:
+    """`name` as the resolver must be asked for it: fully qualified, so that the search
+    list of the proxy's resolv.conf never turns `pypi.org` into another name first."""
+    return name if name.endswith(".") else name + "."
+
+
 def system_resolve(host: str, port: int) -> List[str]:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    """The proxy's system resolver (its resolv.conf), asked for the absolute name."""
+    infos = socket.getaddrinfo(absolute(host), port, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
 
 
@@ -442,7 +522,7 @@ class Decider:
         self.denied: Tuple[IPNetwork, ...] = tuple(denied)
 
     def decide(self, host: str, port: int, resolve: Resolver = system_resolve) -> Decision:
-        """The whole decision, resolving with `resolve` when the name passes."""
+        """The whole decision, resolving with `resolve` only when `check_name` says so."""
         first = self.check_name(host, port)
         if not first.resolve:
             return first
@@ -455,13 +535,19 @@ class Decider:
 
     def check_name(self, host: str, port: int) -> Decision:
         """Everything that can be said before resolving. An IP literal or a hosts-table
-        name is decided here; a name that passes comes back with `resolve` set."""
+        name is decided here; a name comes back with `resolve` set only when the policy
+        could allow it by name (mode open, or an allow rule naming it): a CIDR rule
+        alone never gets a box's name looked up, which would carry data out in it."""
         policy = self.policy
         if not isinstance(port, int) or not 1 <= port <= 65535:
             return _denied("port %r is outside 1-65535" % (port,))
         if policy.mode == "none":
             return _denied("egress is off for this sandbox (policy none)")
-        literal = parse_address(host) if isinstance(host, str) else None
+        if not isinstance(host, str):
+            return _denied("a host must be a string")
+        if "%" in host:  # an IPv6 zone names an interface of the proxy's machine
+            return _denied("%r: no destination has a '%%' (an IPv6 zone)" % host[:80])
+        literal = parse_address(host)
         if literal is not None:
             return self._check(str(literal), port, [str(literal)], literal=True)
         try:
@@ -472,17 +558,21 @@ class Decider:
             return _denied("%s is this machine; no sandbox may reach it" % name)
         if any(rule.matches_name(name, port) for rule in policy.deny):
             return _denied("%s:%d is denied by this sandbox's egress policy" % (name, port))
-        # In mode allow a name no rule names is refused here, unless a CIDR rule may
-        # still allow it by its address (then it is resolved and looked at).
-        if (
-            policy.mode == "allow"
-            and not self._name_allowed(name, port)
-            and not any(rule.network is not None for rule in policy.allow)
-        ):
-            return _denied("%s:%d is not in this sandbox's egress allow list" % (name, port))
-        if name in self.hosts:
+        if name in self.hosts:  # the operator's table: its addresses, nothing looked up
             return self._check(name, port, list(self.hosts[name]), vetted=True)
+        if policy.mode == "allow" and not self._name_allowed(name, port):
+            return _denied("%s:%d is not in this sandbox's egress allow list" % (name, port))
         return Decision(True, resolve=True)
+
+    def by_name(self) -> bool:
+        """Whether a host name can change a decision of this policy (an allow name rule
+        in mode allow, or a deny name rule): then a TLS server name must be checked too.
+        Otherwise only addresses count, and the name a client presents changes nothing."""
+        policy = self.policy
+        if policy.mode == "none":
+            return False
+        names_allow = policy.mode == "allow" and any(r.host is not None for r in policy.allow)
+        return names_allow or any(r.host is not None for r in policy.deny)
 
     def check_addresses(self, name: str, port: int, addresses: Iterable[str]) -> Decision:
         """A resolved name: the addresses it may be reached at, or why none."""
@@ -532,7 +622,7 @@ class Decider:
                 % shown
             )
         policy = self.policy
-        if any(rule.matches_address(address, port) for rule in policy.deny):
+        if any(rule.matches_any_form(address, port) for rule in policy.deny):
             return "%s:%d is denied by this sandbox's egress policy" % (shown, port)
         cidr_ok = any(rule.matches_address(address, port) for rule in policy.allow)
         if not is_public(address) and not cidr_ok and not vetted:

@@ -6,13 +6,22 @@ state directory it writes to (its layout: `state.py`).
 A box is known by where its connection arrives, never by what it says: in unix
 mode by the socket in its own directory (the box sees only its own, read-only),
 in TCP mode by its source address (pods cannot change theirs). Each connection
-is one request: HTTP CONNECT (then, for TLS, the ClientHello's server name must
-be allowed too) or a plain-HTTP request in absolute form. The decision is
-`policy.Decider`'s; the proxy resolves names itself and connects only to the
+is one request: HTTP CONNECT or a plain-HTTP request in absolute form. The
+decision is `policy.Decider`'s; the proxy resolves names itself (only the names
+the decision says to, as absolute names, with the system resolver of the machine
+it runs on: nothing a box sends picks another resolver) and connects only to the
 addresses that decision returned. A refusal is an HTTP 403 whose reason phrase
 says why (Python, pip and git print it), at once, without touching the network.
 A policy change applies to new connections at once and closes open tunnels the
 new policy denies.
+
+When names count in the box's policy (`Decider.by_name`), a CONNECT tunnel whose
+first bytes are TLS must open with one whole, well-formed ClientHello (reassembled
+across TLS records and reads, at most `MAX_HELLO_BYTES`, within
+`CLIENT_HELLO_TIMEOUT_S`) naming one server that is the CONNECT host or allowed
+itself, without Encrypted Client Hello; anything else closes the tunnel before a
+byte of it reaches the server. Bytes that are not TLS (ssh, plain HTTP) are passed
+on unread: the policy then holds for the address and port only.
 """
 
 from __future__ import annotations
@@ -26,9 +35,18 @@ import socket
 import stat
 import sys
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
-from .policy import Decider, Decision, Policy, PolicyError, load_networks, normalize_host
+from .policy import (
+    Decider,
+    Decision,
+    Policy,
+    PolicyError,
+    absolute,
+    load_networks,
+    normalize_host,
+    parse_address,
+)
 from .relay import BACKLOG, pump
 from .state import BOXES, CONFIG, CONTROL, EGRESS, POLICY, SOCKET
 
@@ -36,8 +54,16 @@ MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
 RESOLVE_TIMEOUT_S = 10.0
-CLIENT_HELLO_TIMEOUT_S = 10.0
-MAX_RECORD = 16 * 1024 + 5
+CLIENT_HELLO_TIMEOUT_S = 10.0  # from the hello's first byte to its last
+MAX_HELLO_BYTES = 64 * 1024  # the records carrying one ClientHello, headers included
+MAX_PLAINTEXT = 16 * 1024  # a TLS record's most (RFC 8446 5.1)
+# encrypted_client_hello (RFC 9849; 0xfe08-0xfe0d were its drafts') and draft ESNI.
+ECH_EXTENSIONS = frozenset(range(0xFE00, 0xFE0E)) | {0xFFCE}
+# PROXY protocol v1 and v2: a header a server behind a load balancer may trust for the
+# client's address, and then route the TLS that follows by its server name.
+PROXY_PROTOCOL = (b"PROXY ", b"\r\n\r\n\x00\r\nQUIT\n")
+# A fatal TLS alert, access_denied: what a client prints when its hello is refused.
+TLS_ACCESS_DENIED = b"\x15\x03\x03\x00\x02\x02\x31"
 CHUNK = 64 * 1024
 RESCAN_S = 2.0
 DEFAULT_MAX_PER_BOX = 256
@@ -113,12 +139,15 @@ def parse_head(data: bytes) -> Tuple[str, str, str, List[Tuple[str, str]]]:
 
 
 def split_authority(authority: str, default_port: Optional[int]) -> Tuple[str, int]:
-    """`host:port` (IPv6 in brackets) into host and port."""
+    """`host:port` (IPv6 in brackets) into host and port. Brackets hold an IPv6 address
+    and nothing else (no zone, no IPv4 in any notation)."""
     value = authority.strip()
     if value.startswith("["):
         host, bracket, rest = value[1:].partition("]")
         if not bracket:
             raise BadRequest("unterminated IPv6 address")
+        if parse_address("[%s]" % host) is None:
+            raise BadRequest("brackets must hold an IPv6 address (no zone)")
         port_text = rest[1:] if rest.startswith(":") else ""
         if rest and not rest.startswith(":"):
             raise BadRequest("junk after an IPv6 address")
@@ -137,45 +166,162 @@ def split_authority(authority: str, default_port: Optional[int]) -> Tuple[str, i
     return host, int(port_text)
 
 
-def client_hello_sni(data: bytes) -> Tuple[Optional[bool], Optional[str]]:
-    """(is this a TLS ClientHello? None: need more bytes, its server name or None)."""
-    if len(data) < 1:
-        return None, None
-    if data[0] != 0x16:
-        return False, None
-    if len(data) < 5:
-        return None, None
-    length = int.from_bytes(data[3:5], "big")
-    if len(data) < 5 + length:
-        return (None, None) if 5 + length <= MAX_RECORD else (True, None)
-    body = data[5 : 5 + length]
-    try:
-        if body[0] != 0x01:
-            return True, None
-        pos = 4 + 2 + 32  # handshake header, version, random
-        pos += 1 + body[pos]  # session id
-        pos += 2 + int.from_bytes(body[pos : pos + 2], "big")  # cipher suites
-        pos += 1 + body[pos]  # compression methods
-        end = pos + 2 + int.from_bytes(body[pos : pos + 2], "big")
-        pos += 2
-        while pos + 4 <= end:
-            kind = int.from_bytes(body[pos : pos + 2], "big")
-            size = int.from_bytes(body[pos + 2 : pos + 4], "big")
-            pos += 4
-            if kind == 0:  # server_name: list length, then (type, length, name)
-                inner = pos + 2
-                while inner + 3 <= pos + size:
-                    name_type = body[inner]
-                    name_len = int.from_bytes(body[inner + 1 : inner + 3], "big")
-                    name = body[inner + 3 : inner + 3 + name_len]
-                    if name_type == 0:
-                        return True, name.decode("ascii", "replace")
-                    inner += 3 + name_len
-                return True, None
-            pos += size
-    except IndexError:
-        return True, None
-    return True, None
+class Hello(NamedTuple):
+    """What the first bytes of a tunnel are: `state` "more" (incomplete), "not-tls",
+    "bad" (TLS that cannot be read as one ClientHello: `reason` says why) or "ok",
+    with the server names and whether it carries Encrypted Client Hello."""
+
+    state: str
+    reason: str = ""
+    names: Tuple[str, ...] = ()
+    ech: bool = False
+
+
+class _Malformed(Exception):
+    pass
+
+
+class _Cursor:
+    """Reads a TLS structure; running past its end is `_Malformed`, never a guess."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, size: int) -> bytes:
+        if self.pos + size > len(self.data):
+            raise _Malformed("a length runs past the end of the ClientHello")
+        chunk = self.data[self.pos : self.pos + size]
+        self.pos += size
+        return chunk
+
+    def number(self, size: int) -> int:
+        return int.from_bytes(self.take(size), "big")
+
+    def vector(self, length_size: int) -> bytes:
+        return self.take(self.number(length_size))
+
+    def done(self) -> bool:
+        return self.pos == len(self.data)
+
+
+def _looks_like_tls(data: bytes) -> Optional[bool]:
+    """True for a TLS record header (content type 20-24, version 3.x) or an SSLv2-format
+    ClientHello; False for anything else; None when too few bytes say."""
+    if not data:
+        return None
+    first = data[0]
+    if 0x14 <= first <= 0x18:
+        return None if len(data) < 2 else data[1] == 0x03
+    if first & 0x80:
+        if len(data) < 4:
+            return None
+        return data[2] == 0x01 and data[3] == 0x03
+    return False
+
+
+def read_client_hello(data: bytes, limit: int = MAX_HELLO_BYTES) -> Hello:
+    """The ClientHello at the start of `data`, reassembled from as many handshake records
+    as carry it, parsed strictly: every length must add up, as a server parses it. A
+    PROXY protocol header (which would put a hello behind it) is "bad" too."""
+    for signature in PROXY_PROTOCOL:
+        if data[: len(signature)] == signature[: len(data)]:
+            if len(data) < len(signature):
+                return Hello("more")
+            return Hello("bad", "a PROXY protocol header (a box does not speak for the proxy)")
+    tls = _looks_like_tls(data)
+    if tls is None:
+        return Hello("more")
+    if not tls:
+        return Hello("not-tls")
+    if data[0] & 0x80:
+        return Hello("bad", "an SSLv2-format ClientHello (it cannot name a server)")
+    message = b""
+    pos = 0
+    while True:
+        if pos >= limit:
+            return Hello("bad", "the ClientHello is over %d bytes" % limit)
+        if len(data) - pos < 5:
+            return Hello("more")
+        kind, major, minor = data[pos], data[pos + 1], data[pos + 2]
+        length = int.from_bytes(data[pos + 3 : pos + 5], "big")
+        if kind != 0x16:
+            return Hello("bad", "a TLS record of type %d before the ClientHello ended" % kind)
+        if major != 3 or minor > 4:
+            return Hello("bad", "TLS record version %d.%d" % (major, minor))
+        if not 0 < length <= MAX_PLAINTEXT:
+            return Hello("bad", "a TLS handshake record of %d bytes" % length)
+        if pos + 5 + length > limit:
+            return Hello("bad", "the ClientHello is over %d bytes" % limit)
+        if len(data) < pos + 5 + length:
+            return Hello("more")
+        message += data[pos + 5 : pos + 5 + length]
+        pos += 5 + length
+        if len(message) < 4:
+            continue
+        if message[0] != 0x01:
+            return Hello("bad", "the first handshake message is not a ClientHello")
+        size = int.from_bytes(message[1:4], "big")
+        if 4 + size > limit:
+            return Hello("bad", "the ClientHello is over %d bytes" % limit)
+        if len(message) < 4 + size:
+            continue
+        if len(message) > 4 + size:
+            return Hello("bad", "another handshake message follows the ClientHello")
+        try:
+            return _client_hello_body(message[4:])
+        except _Malformed as exc:
+            return Hello("bad", str(exc))
+
+
+def _client_hello_body(body: bytes) -> Hello:
+    hello = _Cursor(body)
+    hello.take(2 + 32)  # legacy_version, random
+    if len(hello.vector(1)) > 32:
+        raise _Malformed("a session id over 32 bytes")
+    suites = hello.vector(2)
+    if not suites or len(suites) % 2:
+        raise _Malformed("bad cipher suites")
+    if not hello.vector(1):
+        raise _Malformed("no compression methods")
+    if hello.done():
+        return Hello("ok")  # no extensions at all (TLS 1.2 and older may)
+    extensions = _Cursor(hello.vector(2))
+    if not hello.done():
+        raise _Malformed("bytes after the extensions")
+    seen: Set[int] = set()
+    names: Tuple[str, ...] = ()
+    while not extensions.done():
+        kind = extensions.number(2)
+        data = extensions.vector(2)
+        if kind in seen:  # servers differ on which copy counts: none does
+            raise _Malformed("extension %d twice" % kind)
+        seen.add(kind)
+        if kind == 0:
+            names = _server_names(data)
+    return Hello("ok", names=names, ech=bool(seen & ECH_EXTENSIONS))
+
+
+def _server_names(data: bytes) -> Tuple[str, ...]:
+    outer = _Cursor(data)
+    entries = _Cursor(outer.vector(2))
+    if not outer.done() or entries.done():
+        raise _Malformed("a malformed server_name extension")
+    names: List[str] = []
+    while not entries.done():
+        kind = entries.number(1)
+        raw = entries.vector(2)
+        if kind != 0:
+            raise _Malformed("a server name of type %d" % kind)
+        if not raw or not all(c in _NAME_BYTES for c in raw):
+            raise _Malformed("a server name that is no host name")
+        names.append(raw.decode("ascii"))
+    if len(names) > 1:
+        raise _Malformed("%d server names (one is allowed)" % len(names))
+    return tuple(names)
+
+
+_NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
 
 
 # -- the proxy --------------------------------------------------------------------------
@@ -221,6 +367,7 @@ class EgressProxy:
         self.denied: Tuple[Any, ...] = ()
         self.max_per_box = DEFAULT_MAX_PER_BOX
         self.max_total = DEFAULT_MAX_TOTAL
+        self.hello_timeout_s = CLIENT_HELLO_TIMEOUT_S
         self.active = 0
         self.config_stamp: Optional[Tuple[int, int]] = None
         self._lock: Optional[asyncio.Lock] = None
@@ -503,30 +650,58 @@ class EgressProxy:
         up_reader: asyncio.StreamReader,
         up_writer: asyncio.StreamWriter,
     ) -> None:
-        """CONNECT: bytes both ways; a TLS ClientHello's server name must be allowed too."""
+        """CONNECT: bytes both ways; first, when names count, the TLS check (module doc)."""
         down = asyncio.ensure_future(pump(up_reader, writer))
         first = b""
-        try:
-            while True:
-                is_tls, sni = client_hello_sni(first)
-                if is_tls is not None:
-                    break
-                chunk = await asyncio.wait_for(reader.read(CHUNK), CLIENT_HELLO_TIMEOUT_S)
-                if not chunk:
-                    break
-                first += chunk
-        except (asyncio.TimeoutError, ConnectionError):
-            is_tls, sni = False, None
-        if is_tls and sni is not None and box.decider is not None:
-            name_ok = _same_host(sni, host)
-            if not name_ok:
-                check = box.decider.check_name(sni, port)
-                name_ok = check.allowed
-            if not name_ok:
-                self._log_denied(box, sni, port, "TLS server name differs from the CONNECT host")
+        decider = box.decider
+        if decider is not None and decider.by_name():
+            first, problem = await self._first_bytes(decider, host, port, reader)
+            if problem is not None:
+                self._log_denied(box, host, port, problem)
                 down.cancel()
+                with contextlib.suppress(BaseException):
+                    await down
+                if _looks_like_tls(first):
+                    with contextlib.suppress(Exception):
+                        writer.write(TLS_ACCESS_DENIED)
+                        await writer.drain()
                 return
         await _pipe_both(reader, writer, up_reader, up_writer, first, down)
+
+    async def _first_bytes(
+        self, decider: Decider, host: str, port: int, reader: asyncio.StreamReader
+    ) -> Tuple[bytes, Optional[str]]:
+        """The client's first bytes, and why they may not go on (None: they may). Waits for
+        the first byte as long as the client likes (a server may speak first); a TLS
+        ClientHello must then be complete within `hello_timeout_s` and the size bound."""
+        try:
+            first = await reader.read(CHUNK)
+        except ConnectionError:
+            return b"", None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.hello_timeout_s
+        hello = read_client_hello(first)
+        while hello.state == "more":
+            left = deadline - loop.time()
+            if left <= 0:
+                return first, "the TLS ClientHello did not arrive within %gs" % self.hello_timeout_s
+            try:
+                chunk = await asyncio.wait_for(reader.read(CHUNK), left)
+            except asyncio.TimeoutError:
+                continue
+            except ConnectionError:
+                chunk = b""
+            if not chunk:
+                if not first:
+                    return first, None
+                return first, "the connection ended inside the TLS ClientHello"
+            first += chunk
+            hello = read_client_hello(first)
+        if hello.state == "not-tls":
+            return first, None
+        if hello.state == "bad":
+            return first, "unreadable TLS ClientHello: " + hello.reason
+        return first, _hello_problem(decider, host, port, hello)
 
     async def _decide(self, box: Box, host: str, port: int) -> Decision:
         decider = box.decider
@@ -536,20 +711,27 @@ class EgressProxy:
         if not first.resolve:
             return first
         name = normalize_host(host)
-        loop = asyncio.get_event_loop()
         try:
-            infos = await asyncio.wait_for(
-                loop.getaddrinfo(name, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_S
-            )
+            addresses = await asyncio.wait_for(self._resolve(name, port), RESOLVE_TIMEOUT_S)
         except asyncio.TimeoutError:
             return Decision(False, "resolving %s timed out" % name)
         except OSError as exc:
             return Decision(False, "cannot resolve %s (%s)" % (name, exc.strerror or exc))
-        return decider.check_addresses(name, port, [str(info[4][0]) for info in infos])
+        return decider.check_addresses(name, port, addresses)
+
+    async def _resolve(self, name: str, port: int) -> List[str]:
+        """The one place the proxy looks a name up: the system resolver of the machine it
+        runs on (Docker: the proxy container's, `egress.dns`; Kubernetes: the proxy pod's),
+        asked for the absolute name so that no search domain is tried first."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(absolute(name), port, type=socket.SOCK_STREAM)
+        return [str(info[4][0]) for info in infos]
 
     async def _connect(self, decision: Decision, port: int) -> Any:
         last = "no address"
         for address in decision.addresses:
+            if parse_address(address) is None:  # numeric only: connecting never resolves
+                continue
             try:
                 up_reader, up_writer = await asyncio.wait_for(
                     asyncio.open_connection(address, port), CONNECT_TIMEOUT_S
@@ -576,6 +758,27 @@ class EgressProxy:
         _log(
             {"event": "denied", "box": box.name, "host": host[:300], "port": port, "reason": reason}
         )
+
+
+def _hello_problem(decider: Decider, host: str, port: int, hello: Hello) -> Optional[str]:
+    """Why a well-formed ClientHello may not pass a policy where names count (None: it
+    may). Its server name must be the CONNECT host or allowed itself; a CONNECT to a
+    name needs one (without it a server picks its default site); ECH hides the name the
+    server really uses, so it is refused."""
+    if hello.ech:
+        return "the TLS ClientHello uses Encrypted Client Hello (its server name is hidden)"
+    if not hello.names:
+        if parse_address(host) is None:
+            return "the TLS ClientHello names no server (the CONNECT host is %s)" % host
+        return None
+    sni = hello.names[0]
+    if _same_host(sni, host):
+        return None
+    if parse_address(sni) is not None:
+        return "an IP address as TLS server name (RFC 6066 allows host names only)"
+    if decider.check_name(sni, port).allowed:
+        return None
+    return "TLS server name %s is not the CONNECT host %s nor allowed" % (sni[:255], host)
 
 
 def _same_host(a: str, b: str) -> bool:
