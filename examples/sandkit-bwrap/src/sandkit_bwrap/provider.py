@@ -87,7 +87,6 @@ class BwrapProvider(BoxProvider[_Box, BwrapOptions]):
         if reason is not None:
             raise host.unavailable(reason)
         layout = self._layout(box.key)
-        prepare_host_dirs(layout, (options.uid, options.gid) if options.chown_thread_dirs else None)
         name = self.box_name(box.key)
         directory = self.state_root / name
         self.state_root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -102,6 +101,10 @@ class BwrapProvider(BoxProvider[_Box, BwrapOptions]):
                     log.info("(re)starting bwrap box %s", name)
                     host.kill_box(state, state.cgroups)
                     self._reap(name)
+                # Only now, with no box of the key running: a running box changes what
+                # the hand-over's chown walks.
+                owner = (options.uid, options.gid) if options.chown_thread_dirs else None
+                prepare_host_dirs(layout, owner)
                 self._check_capacity()
                 payload = self._payload()
                 host.install_payload(directory, payload.archive, payload.digest)
